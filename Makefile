@@ -1,0 +1,24 @@
+# Two entry points on a fresh machine: `make run` and `make test`.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: run test lint clean
+
+$(BIN)/anvil: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+run: $(BIN)/anvil
+	$(BIN)/anvil run tasks/taskboard --submissions examples/taskboard
+
+test: $(BIN)/anvil
+	$(BIN)/python -m pytest
+
+lint: $(BIN)/anvil
+	$(BIN)/ruff check engine tests bench
+
+clean:
+	rm -rf $(VENV) .anvil

@@ -1,0 +1,311 @@
+"""One evaluation as an explicit state machine.
+
+    build -> startup -> health -> wiring -> oracle -> teardown
+
+Each phase runs under its own deadline from task.toml. The outcome is mapped
+to a verdict in one place (:func:`_verdict_for`): a candidate failure gives
+``fail`` with the phase, a deadline gives ``fail`` with the phase, a harness
+fault gives ``error``. Teardown always runs, shielded from cancellation and
+bounded by its own deadline.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+from collections.abc import AsyncIterator, Awaitable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+import anyio
+
+from ._errors import AnvilError, CandidateFailure, HarnessError, ServiceExited, ServiceUnhealthy
+from ._events import (
+    EvaluationFinished,
+    EvaluationStarted,
+    EventBus,
+    ItemFinished,
+    PhaseFinished,
+    PhaseStarted,
+)
+from ._oracle import ItemResult, run_oracle
+from ._process import tail_lines
+from ._task import Task
+from .types import BuildRequest, Instance, Phase, Runtime, StartRequest, Verdict
+
+log = logging.getLogger("anvil.engine")
+
+DEFAULT_LOG_CAP = 2 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Separate capacity for builds, running services and oracle runs."""
+
+    builds: anyio.CapacityLimiter
+    services: anyio.CapacityLimiter
+    oracles: anyio.CapacityLimiter
+
+    @classmethod
+    def for_concurrency(cls, concurrency: int, build_slots: int | None = None) -> Limits:
+        return cls(
+            builds=anyio.CapacityLimiter(build_slots or max(1, min(concurrency, 2))),
+            services=anyio.CapacityLimiter(concurrency),
+            oracles=anyio.CapacityLimiter(concurrency),
+        )
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """One submission against one task, within a run."""
+
+    run_id: str
+    evaluation_id: str
+    task: Task
+    submission: Path
+    workdir: Path
+    owner_env: dict[str, str] = field(default_factory=dict)  # marks processes for reaping
+
+
+@dataclass(frozen=True)
+class Result:
+    verdict: Verdict
+    phase: Phase | None
+    reason: str
+    items: tuple[ItemResult, ...]
+
+
+class Lifecycle:
+    """Runs one evaluation through its phases and publishes every transition."""
+
+    def __init__(
+        self,
+        evaluation: Evaluation,
+        runtime: Runtime,
+        bus: EventBus,
+        limits: Limits,
+        log_cap: int = DEFAULT_LOG_CAP,
+    ) -> None:
+        self.ev = evaluation
+        self.runtime = runtime
+        self.bus = bus
+        self.limits = limits
+        self.log_cap = log_cap
+        self.phase = Phase.BUILD
+        self.items: list[ItemResult] = []
+
+    async def run(self, attempt: int = 1, *, final: bool = True) -> EvaluationFinished:
+        """Run every phase; return (and publish) the verdict. Cancellation propagates."""
+        ev = self.ev
+        ev.workdir.mkdir(parents=True, exist_ok=True)
+        started = time.monotonic()
+        await self.bus.publish(EvaluationStarted(
+            run_id=ev.run_id, evaluation_id=ev.evaluation_id, task=ev.task.id,
+            submission=str(ev.submission), attempt=attempt,
+        ))
+        try:
+            result = await self._phases()
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a verdict here
+            result = self._verdict_for(exc)
+        finished = EvaluationFinished(
+            run_id=ev.run_id, evaluation_id=ev.evaluation_id, task=ev.task.id,
+            submission=str(ev.submission), verdict=result.verdict, phase=result.phase,
+            reason=result.reason, items=result.items, duration_s=time.monotonic() - started,
+            attempt=attempt, final=final or result.verdict is not Verdict.ERROR,
+        )
+        await self.bus.publish(finished)
+        return finished
+
+    def _verdict_for(self, exc: Exception) -> Result:
+        """The one place where an outcome becomes a verdict."""
+        items = tuple(self.items)
+        if isinstance(exc, CandidateFailure):
+            return Result(Verdict.FAIL, exc.phase or self.phase, exc.reason, items)
+        if isinstance(exc, TimeoutError):
+            timeout = self.ev.task.timeout(self.phase)
+            reason = f"{self.phase.value} timed out after {timeout:g}s"
+            return Result(Verdict.FAIL, self.phase, reason, items)
+        if isinstance(exc, AnvilError):
+            return Result(Verdict.ERROR, self.phase, str(exc), items)
+        log.error("internal error in %s", self.ev.evaluation_id, exc_info=exc)
+        detail = "".join(traceback.format_exception_only(exc)).strip()
+        return Result(Verdict.ERROR, self.phase, f"internal error: {detail}", items)
+
+    @asynccontextmanager
+    async def _enter(self, phase: Phase) -> AsyncIterator[None]:
+        """Publish the phase's start and end; the end is published even on cancel."""
+        self.phase = phase
+        await self.bus.publish(PhaseStarted(evaluation_id=self.ev.evaluation_id, phase=phase))
+        started = time.monotonic()
+        ok, message = False, ""
+        try:
+            yield
+            ok = True
+        except TimeoutError:
+            message = f"timed out after {self.ev.task.timeout(phase):g}s"
+            raise
+        except CandidateFailure as exc:
+            message = exc.reason
+            raise
+        except Exception as exc:
+            message = str(exc) or type(exc).__name__
+            raise
+        except BaseException:
+            message = "cancelled"
+            raise
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self.bus.publish(PhaseFinished(
+                    evaluation_id=self.ev.evaluation_id, phase=phase, ok=ok,
+                    duration_s=time.monotonic() - started, message=message,
+                ))
+
+    async def _phases(self) -> Result:
+        ev, task = self.ev, self.ev.task
+        async with self.limits.builds, self._enter(Phase.BUILD):
+            with anyio.fail_after(task.timeout(Phase.BUILD)):
+                artifact = await self.runtime.build(BuildRequest(
+                    submission=ev.submission, workdir=ev.workdir,
+                    log_path=ev.workdir / "build.log",
+                ))
+        async with self.limits.services:
+            instance: Instance | None = None
+            try:
+                async with self._enter(Phase.STARTUP):
+                    with anyio.fail_after(task.timeout(Phase.STARTUP)):
+                        instance = await self.runtime.start(artifact, StartRequest(
+                            port=task.config.service.port,
+                            env=self._service_env(),
+                            workdir=ev.workdir,
+                            log_path=ev.workdir / "service.log",
+                            log_cap=self.log_cap,
+                            labels={"anvil.run": ev.run_id, "anvil.evaluation": ev.evaluation_id},
+                        ))
+                async with self._enter(Phase.HEALTH):
+                    base_url = await self._healthy(instance)
+                async with self._enter(Phase.WIRING):
+                    with anyio.fail_after(task.timeout(Phase.WIRING)):
+                        await self._wire()
+                async with self.limits.oracles, self._enter(Phase.ORACLE):
+                    with anyio.fail_after(task.timeout(Phase.ORACLE)):
+                        await run_oracle(
+                            task.oracle_dir, base_url, ev.workdir,
+                            item_timeout=task.config.oracle.item_timeout,
+                            on_item=self._on_item, owner_env=ev.owner_env,
+                        )
+            finally:
+                await self._teardown(instance)
+        failed = [i for i in self.items if not i.passed]
+        if failed:
+            categories = sorted({i.category or "uncategorized" for i in failed})
+            reason = f"{len(failed)}/{len(self.items)} items failed ({', '.join(categories)})"
+            return Result(Verdict.FAIL, Phase.ORACLE, reason, tuple(self.items))
+        return Result(Verdict.PASS, None, f"{len(self.items)} items passed", tuple(self.items))
+
+    def _service_env(self) -> dict[str, str]:
+        return {**self.ev.owner_env, "ANVIL_EVALUATION": self.ev.evaluation_id}
+
+    async def _healthy(self, instance: Instance) -> str:
+        """Wait for the service to listen, then for an HTTP answer; return its base URL.
+
+        A service that exits meanwhile fails at once (startup); one that does not
+        answer by the deadline fails health with the best explanation we have.
+        """
+        probe = HealthProbe(self.ev.task.config.service.health_path)
+
+        async def listening_and_answering() -> str:
+            base_url = await instance.wait_listening()
+            await probe.until_answer(base_url)
+            return base_url
+
+        timeout = self.ev.task.timeout(Phase.HEALTH)
+        try:
+            with anyio.fail_after(timeout):
+                return await _until_exit(instance, listening_and_answering())
+        except ServiceExited as exc:
+            last = tail_lines(self.ev.workdir / "service.log", 1)
+            raise ServiceExited(f"{exc.reason}: {last}" if last else exc.reason,
+                                exc.returncode) from None
+        except TimeoutError:
+            why = instance.diagnose() or probe.last
+            raise ServiceUnhealthy(f"no HTTP answer within {timeout:g}s: {why}") from None
+
+    async def _wire(self) -> None:
+        if self.ev.task.config.mocks:
+            kinds = ", ".join(m.kind for m in self.ev.task.config.mocks)
+            raise HarnessError(f"task needs mocks ({kinds}) but no mock fabric is installed")
+
+    async def _on_item(self, item: ItemResult) -> None:
+        self.items.append(item)
+        await self.bus.publish(ItemFinished(evaluation_id=self.ev.evaluation_id, item=item))
+
+    async def _teardown(self, instance: Instance | None) -> None:
+        with anyio.CancelScope(shield=True):
+            previous = self.phase
+            try:
+                async with self._enter(Phase.TEARDOWN):
+                    with anyio.fail_after(self.ev.task.timeout(Phase.TEARDOWN)):
+                        if instance is not None:
+                            await self.runtime.stop(instance)
+            except Exception as exc:  # noqa: BLE001 - a teardown fault must not hide the verdict
+                log.error("teardown of %s failed: %s", self.ev.evaluation_id, exc)
+            finally:
+                self.phase = previous
+
+
+async def _until_exit(instance: Instance, work: Awaitable[str]) -> str:
+    """Await ``work`` unless the service exits first; then fail at once with its exit."""
+    result: str | None = None
+    exit_reason: str | None = None
+    code: int | None = None
+    async with anyio.create_task_group() as tg:
+
+        async def watch() -> None:
+            nonlocal exit_reason, code
+            info = await instance.wait_exit()
+            exit_reason, code = info.reason, info.returncode
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(watch)
+        try:
+            result = await work
+        finally:
+            tg.cancel_scope.cancel()
+    if exit_reason is not None and result is None:
+        raise ServiceExited(f"service {exit_reason} before it answered", code)
+    assert result is not None
+    return result
+
+
+class HealthProbe:
+    """Probes a service until it answers; ``last`` says what the latest probe saw.
+
+    With ``path`` None, any HTTP answer on ``/health`` or ``/`` counts (the
+    service is up even without a health route); with a path, a 2xx is required.
+    """
+
+    def __init__(self, path: str | None, interval: float = 0.1) -> None:
+        self.paths = [path] if path else ["/health", "/"]
+        self.strict = path is not None
+        self.interval = interval
+        self.last = "the service never answered"
+
+    async def until_answer(self, base_url: str) -> int:
+        """Probe until an acceptable answer and return its status; the caller sets the deadline."""
+        timeout = aiohttp.ClientTimeout(total=2)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            while True:
+                for path in self.paths:
+                    try:
+                        async with session.get(base_url + path, allow_redirects=False) as resp:
+                            await resp.read()
+                    except (aiohttp.ClientError, TimeoutError) as exc:
+                        self.last = f"GET {path} failed: {type(exc).__name__}"
+                        continue
+                    if not self.strict or 200 <= resp.status < 300:
+                        return resp.status
+                    self.last = f"GET {path} answered {resp.status}"
+                await anyio.sleep(self.interval)

@@ -1,0 +1,265 @@
+"""Reports of a run: scoreboard table, JSON, CTRF and JUnit XML.
+
+The scoreboard follows the BackendForge method: a task counts as solved by a
+submission only if every oracle item passes; failures are counted by the
+phase that failed and by item category.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import xml.etree.ElementTree as ET
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from ._store import EvaluationRecord, ItemRecord, RunRecord, Store
+
+FORMATS = ("table", "json", "ctrf", "junit")
+
+
+@dataclass
+class TaskScore:
+    task: str
+    evaluations: int = 0
+    passed: int = 0
+    failed: int = 0
+    errors: int = 0
+    items_passed: int = 0
+    items_total: int = 0
+    by_phase: Counter[str] = field(default_factory=Counter)
+    by_category: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def success_rate(self) -> float:
+        judged = self.passed + self.failed  # errors are the harness's, not counted
+        return self.passed / judged if judged else 0.0
+
+    @property
+    def item_pass_rate(self) -> float:
+        return self.items_passed / self.items_total if self.items_total else 0.0
+
+
+@dataclass
+class Scoreboard:
+    run: RunRecord
+    evaluations: Sequence[EvaluationRecord]
+    items: dict[str, list[ItemRecord]]
+    tasks: list[TaskScore]
+
+    @property
+    def total(self) -> TaskScore:
+        total = TaskScore("all")
+        for t in self.tasks:
+            total.evaluations += t.evaluations
+            total.passed += t.passed
+            total.failed += t.failed
+            total.errors += t.errors
+            total.items_passed += t.items_passed
+            total.items_total += t.items_total
+            total.by_phase.update(t.by_phase)
+            total.by_category.update(t.by_category)
+        return total
+
+
+def scoreboard(store: Store, run: RunRecord) -> Scoreboard:
+    evaluations = store.evaluations(run.id)
+    items: dict[str, list[ItemRecord]] = defaultdict(list)
+    for item in store.items([e.id for e in evaluations]):
+        items[item.evaluation_id].append(item)
+    scores: dict[str, TaskScore] = {}
+    for ev in evaluations:
+        score = scores.setdefault(ev.task_id, TaskScore(ev.task_id))
+        score.evaluations += 1
+        if ev.verdict == "pass":
+            score.passed += 1
+        elif ev.verdict == "fail":
+            score.failed += 1
+            score.by_phase[ev.phase or "?"] += 1
+        elif ev.verdict == "error":
+            score.errors += 1
+        for item in items[ev.id]:
+            score.items_total += 1
+            if item.outcome in ("passed", "skipped"):
+                score.items_passed += 1
+            else:
+                score.by_category[item.category or "uncategorized"] += 1
+    return Scoreboard(run, evaluations, dict(items), list(scores.values()))
+
+
+def render_report(store: Store, run: RunRecord, fmt: str, console: Console | None) -> str | None:
+    """Render ``fmt``; ``table`` prints to ``console``, the others return text."""
+    board = scoreboard(store, run)
+    if fmt == "table":
+        assert console is not None
+        _print_table(board, console)
+        return None
+    if fmt == "json":
+        return json.dumps(_as_json(board), indent=2) + "\n"
+    if fmt == "ctrf":
+        return json.dumps(_as_ctrf(board), indent=2) + "\n"
+    if fmt == "junit":
+        return _as_junit(board)
+    raise ValueError(fmt)
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.0f}%"
+
+
+def _print_table(board: Scoreboard, console: Console) -> None:
+    run = board.run
+    console.print(f"run [bold]{run.id}[/] ({run.status}, {run.runtime} runtime)")
+    evals = Table("task", "submission", "verdict", "phase", "items", "reason")
+    for ev in board.evaluations:
+        style = {"pass": "green", "fail": "red", "error": "yellow"}.get(ev.verdict or "", "dim")
+        evals.add_row(
+            ev.task_id, Path(ev.submission).name, f"[{style}]{ev.verdict or ev.status}[/]",
+            ev.phase or "", f"{ev.items_passed}/{ev.items_passed + ev.items_failed}",
+            ev.reason[:80],
+        )
+    console.print(evals)
+    scores = Table("task", "solved", "success", "item pass rate", "errors",
+                   "failed by phase", "failed items by category")
+    for t in [*board.tasks, board.total] if len(board.tasks) > 1 else board.tasks:
+        scores.add_row(
+            t.task, f"{t.passed}/{t.passed + t.failed}", _pct(t.success_rate),
+            _pct(t.item_pass_rate), str(t.errors),
+            ", ".join(f"{k} {v}" for k, v in sorted(t.by_phase.items())) or "-",
+            ", ".join(f"{k} {v}" for k, v in t.by_category.most_common()) or "-",
+        )
+    console.print(scores)
+
+
+def _score_json(t: TaskScore) -> dict[str, Any]:
+    return {
+        "task": t.task, "evaluations": t.evaluations, "passed": t.passed, "failed": t.failed,
+        "errors": t.errors, "success_rate": round(t.success_rate, 4),
+        "items_passed": t.items_passed, "items_total": t.items_total,
+        "item_pass_rate": round(t.item_pass_rate, 4),
+        "failed_by_phase": dict(t.by_phase), "failed_items_by_category": dict(t.by_category),
+    }
+
+
+def _as_json(board: Scoreboard) -> dict[str, Any]:
+    run = board.run
+    return {
+        "run": {"id": run.id, "status": run.status, "runtime": run.runtime,
+                "created_at": run.created_at.isoformat(),
+                "finished_at": run.finished_at.isoformat() if run.finished_at else None},
+        "summary": _score_json(board.total),
+        "tasks": [_score_json(t) for t in board.tasks],
+        "evaluations": [
+            {"evaluation_id": ev.id, "task": ev.task_id, "submission": ev.submission,
+             "verdict": ev.verdict, "phase": ev.phase, "reason": ev.reason,
+             "items_passed": ev.items_passed, "items_failed": ev.items_failed,
+             "duration_s": ev.duration_s,
+             "failed_items": [
+                 {"nodeid": i.nodeid, "category": i.category, "message": i.message}
+                 for i in board.items.get(ev.id, []) if i.outcome not in ("passed", "skipped")
+             ]}
+            for ev in board.evaluations
+        ],
+    }
+
+
+_CTRF_STATUS = {"passed": "passed", "failed": "failed", "error": "failed", "skipped": "skipped"}
+
+
+def _cases(board: Scoreboard, ev: EvaluationRecord) -> list[dict[str, Any]]:
+    """Test cases of one evaluation: its items, or one case for the phase that failed."""
+    suite = f"{ev.task_id}/{Path(ev.submission).name}"
+    cases = [
+        {"name": i.nodeid, "suite": suite, "status": _CTRF_STATUS.get(i.outcome, "other"),
+         "duration": i.duration_s, "message": i.message, "trace": i.traceback,
+         "category": i.category or "uncategorized", "error": i.outcome == "error"}
+        for i in board.items.get(ev.id, [])
+    ]
+    if ev.verdict in ("fail", "error") and ev.phase != "oracle":
+        cases.append({
+            "name": f"{ev.phase or 'evaluation'} phase", "suite": suite,
+            "status": "failed", "duration": ev.duration_s or 0.0, "message": ev.reason,
+            "trace": "", "category": f"phase:{ev.phase}", "error": ev.verdict == "error",
+        })
+    elif ev.verdict is None:
+        cases.append({"name": "evaluation", "suite": suite, "status": "pending", "duration": 0.0,
+                      "message": "not finished", "trace": "", "category": "", "error": False})
+    return cases
+
+
+def _ms(ts: Any) -> int:
+    return int(ts.timestamp() * 1000) if ts else 0
+
+
+def _as_ctrf(board: Scoreboard) -> dict[str, Any]:
+    tests = []
+    for ev in board.evaluations:
+        for case in _cases(board, ev):
+            test: dict[str, Any] = {
+                "name": case["name"], "status": case["status"],
+                "duration": int(case["duration"] * 1000), "suite": case["suite"],
+                "tags": [case["category"]] if case["category"] else [],
+            }
+            if case["message"]:
+                test["message"] = case["message"]
+            if case["trace"]:
+                test["trace"] = case["trace"]
+            tests.append(test)
+    counts = Counter(t["status"] for t in tests)
+    run = board.run
+    return {
+        "reportFormat": "CTRF",
+        "specVersion": "0.0.0",
+        "results": {
+            "tool": {"name": "anvil"},
+            "summary": {
+                "tests": len(tests), "passed": counts["passed"], "failed": counts["failed"],
+                "pending": counts["pending"], "skipped": counts["skipped"],
+                "other": counts["other"], "start": _ms(run.created_at),
+                "stop": _ms(run.finished_at or run.created_at),
+            },
+            "tests": tests,
+            "extra": {"run_id": run.id, "runtime": run.runtime},
+        },
+    }
+
+
+def _as_junit(board: Scoreboard) -> str:
+    root = ET.Element("testsuites", name=f"anvil run {board.run.id}")
+    host = socket.gethostname()
+    for n, ev in enumerate(board.evaluations):
+        cases = _cases(board, ev)
+        failures = sum(1 for c in cases if c["status"] == "failed" and not c["error"])
+        errors = sum(1 for c in cases if c["status"] == "failed" and c["error"])
+        skipped = sum(1 for c in cases if c["status"] in ("skipped", "pending"))
+        started = ev.started_at or board.run.created_at
+        suite = ET.SubElement(
+            root, "testsuite", name=cases[0]["suite"] if cases else ev.task_id,
+            tests=str(len(cases)), failures=str(failures), errors=str(errors),
+            skipped=str(skipped), time=f"{ev.duration_s or 0.0:.3f}",
+            timestamp=started.strftime("%Y-%m-%dT%H:%M:%S"), hostname=host, id=str(n),
+            package=ev.task_id,
+        )
+        props = ET.SubElement(suite, "properties")
+        for key, value in (("verdict", ev.verdict or "pending"), ("phase", ev.phase or ""),
+                           ("submission", ev.submission), ("evaluation_id", ev.id)):
+            ET.SubElement(props, "property", name=key, value=value)
+        for case in cases:
+            tc = ET.SubElement(suite, "testcase", name=case["name"], classname=case["suite"],
+                               time=f"{case['duration']:.3f}")
+            if case["status"] == "failed":
+                tag = "error" if case["error"] else "failure"
+                el = ET.SubElement(tc, tag, message=case["message"][:500], type=case["category"])
+                el.text = case["trace"] or case["message"]
+            elif case["status"] in ("skipped", "pending"):
+                ET.SubElement(tc, "skipped", message=case["message"][:500])
+        ET.SubElement(suite, "system-out").text = ""
+        ET.SubElement(suite, "system-err").text = ""
+    ET.indent(root)
+    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"

@@ -1,0 +1,250 @@
+"""Runs: planning evaluations, scheduling them, retrying errors, resuming.
+
+One anyio task group per run owns every evaluation; subscribers (store
+writer, event log, progress, JSON output) drain the run's event bus in an
+outer task group so they see every event, even when the run is cancelled.
+"""
+
+from __future__ import annotations
+
+import secrets
+import shutil
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream
+
+from ._errors import InputError, TaskFormatError
+from ._events import (
+    EvaluationFinished,
+    Event,
+    EventBus,
+    Notice,
+    RunFinished,
+    RunStarted,
+)
+from ._lifecycle import DEFAULT_LOG_CAP, Evaluation, Lifecycle, Limits
+from ._reaper import owner_env
+from ._store import Store
+from ._task import Task, load_task
+from .types import Runtime, Verdict
+
+Subscriber = Callable[[MemoryObjectReceiveStream[Event]], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One evaluation to do: a submission against a task (or a task that did not load)."""
+
+    task_path: Path
+    submission: Path
+    task: Task | None
+    problem: str | None = None
+
+    @property
+    def task_id(self) -> str:
+        return self.task.id if self.task else self.task_path.name
+
+
+def new_run_id() -> str:
+    return datetime.now().strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+
+
+def find_submissions(folder: Path) -> list[Path]:
+    """``folder`` itself when it has a Dockerfile, else each non-hidden subfolder."""
+    if (folder / "Dockerfile").is_file():
+        return [folder]
+    return sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith((".", "_")))
+
+
+def plan(task_paths: Sequence[Path], submissions: Path) -> tuple[list[Planned], list[str]]:
+    """Pair tasks with submissions; return the plan and the problems found on the way.
+
+    A task that does not load still gets its evaluations (they end in ``error``
+    with the task's problem); a task with no submissions is a problem line.
+
+    Raises:
+        InputError: ``submissions`` does not exist.
+    """
+    if not submissions.is_dir():
+        raise InputError(submissions, "no such submissions folder")
+    problems: list[str] = []
+    planned: list[Planned] = []
+    for path in task_paths:
+        task: Task | None = None
+        problem: str | None = None
+        try:
+            task = load_task(path)
+        except TaskFormatError as exc:
+            problem = str(exc)
+            problems.append(problem)
+        task_id = task.id if task else path.name
+        base = submissions
+        nested = submissions / task_id
+        if nested.is_dir() and not (submissions / "Dockerfile").is_file():
+            base = nested
+        elif len(task_paths) > 1:
+            problems.append(f"{nested}: no submissions for task {task_id}")
+            continue
+        found = find_submissions(base)
+        if not found:
+            problems.append(f"{base}: no submissions (no Dockerfile, no subfolders)")
+        for sub in found:
+            planned.append(Planned(path.resolve(), sub.resolve(), task, problem))
+    return planned, problems
+
+
+@dataclass
+class RunSettings:
+    home: Path
+    concurrency: int = 4
+    build_slots: int | None = None
+    log_cap: int = DEFAULT_LOG_CAP
+    retries: int = 1  # extra attempts for an ``error`` verdict
+    options: dict[str, Any] = field(default_factory=dict)  # recorded for --resume
+
+
+class Runner:
+    """Executes a run: every planned evaluation, under the run's limits."""
+
+    def __init__(self, store: Store, runtime: Runtime, settings: RunSettings) -> None:
+        self.store = store
+        self.runtime = runtime
+        self.settings = settings
+        self.bus = EventBus()
+        self._scope: anyio.CancelScope | None = None
+        self.interrupted = False
+        self.results: list[EvaluationFinished] = []
+
+    def cancel(self) -> None:
+        """Stop the run (e.g. on Ctrl-C): evaluations tear down, subscribers drain."""
+        self.interrupted = True
+        if self._scope is not None:
+            self._scope.cancel()
+
+    async def start(self, planned: Sequence[Planned], run_id: str | None = None) -> str:
+        """Record a new run with all its evaluations as pending; return its id."""
+        run_id = run_id or new_run_id()
+        rows = [
+            (f"{run_id}.{i}", p.task_id, str(p.task_path), str(p.submission))
+            for i, p in enumerate(planned)
+        ]
+        options = {**self.settings.options, "runtime": self.runtime.name}
+        await anyio.to_thread.run_sync(
+            self.store.create_run, run_id, self.runtime.name, options, rows
+        )
+        return run_id
+
+    def pending(self, run_id: str) -> list[tuple[str, int, Planned]]:
+        """The run's evaluations without a final verdict, re-planned from the store."""
+        todo = []
+        tasks: dict[str, Task | TaskFormatError] = {}
+        for row in self.store.evaluations(run_id):
+            if row.status == "done":
+                continue
+            if row.task_path not in tasks:
+                try:
+                    tasks[row.task_path] = load_task(row.task_path)
+                except TaskFormatError as exc:
+                    tasks[row.task_path] = exc
+            loaded = tasks[row.task_path]
+            task = loaded if isinstance(loaded, Task) else None
+            problem = str(loaded) if isinstance(loaded, TaskFormatError) else None
+            todo.append((row.id, row.position,
+                         Planned(Path(row.task_path), Path(row.submission), task, problem)))
+        return todo
+
+    async def execute(
+        self, run_id: str, subscribers: Sequence[Subscriber] = (), notices: Sequence[str] = ()
+    ) -> list[EvaluationFinished]:
+        """Run every pending evaluation of ``run_id``; return the final verdicts."""
+        todo = await anyio.to_thread.run_sync(self.pending, run_id)
+        done = len(await anyio.to_thread.run_sync(self.store.evaluations, run_id)) - len(todo)
+        run_dir = self.settings.home / "runs" / run_id
+        run_dir.mkdir(parents=True, exist_ok=True)
+        limits = Limits.for_concurrency(self.settings.concurrency, self.settings.build_slots)
+        started = time.monotonic()
+        streams = [self.bus.subscribe() for _ in subscribers]
+        store_stream = self.bus.subscribe()
+        async with anyio.create_task_group() as outer:
+            outer.start_soon(self._write_store, store_stream)
+            for subscriber, stream in zip(subscribers, streams, strict=True):
+                outer.start_soon(subscriber, stream)
+            try:
+                for message in notices:
+                    await self.bus.publish(Notice(message=message, level="error"))
+                await self.bus.publish(RunStarted(
+                    run_id=run_id, runtime=self.runtime.name, total=len(todo), done=done,
+                ))
+                with anyio.CancelScope() as self._scope:
+                    async with anyio.create_task_group() as tg:
+                        for evaluation_id, position, planned in todo:
+                            workdir = run_dir / _slug(position, planned)
+                            tg.start_soon(self._evaluate, run_id, evaluation_id, planned,
+                                          workdir, limits)
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await self.bus.publish(RunFinished(
+                        run_id=run_id, interrupted=self.interrupted,
+                        duration_s=time.monotonic() - started,
+                    ))
+                    self.bus.close()
+        return self.results
+
+    async def _evaluate(
+        self, run_id: str, evaluation_id: str, planned: Planned, workdir: Path, limits: Limits
+    ) -> None:
+        if planned.task is None:
+            finished = EvaluationFinished(
+                run_id=run_id, evaluation_id=evaluation_id, task=planned.task_id,
+                submission=str(planned.submission), verdict=Verdict.ERROR, phase=None,
+                reason=planned.problem or "task did not load", items=(), duration_s=0.0,
+                attempt=1,
+            )
+            await self.bus.publish(finished)
+            self.results.append(finished)
+            return
+        evaluation = Evaluation(
+            run_id=run_id, evaluation_id=evaluation_id, task=planned.task,
+            submission=planned.submission, workdir=workdir, owner_env=owner_env(run_id),
+        )
+        attempts = 1 + self.settings.retries
+        for attempt in range(1, attempts + 1):
+            lifecycle = Lifecycle(evaluation, self.runtime, self.bus, limits, self.settings.log_cap)
+            finished = await lifecycle.run(attempt, final=attempt == attempts)
+            if finished.final:
+                self.results.append(finished)
+                return
+
+    async def _write_store(self, stream: MemoryObjectReceiveStream[Event]) -> None:
+        writer = anyio.CapacityLimiter(1)
+        async with stream:
+            async for event in stream:
+                await anyio.to_thread.run_sync(self.store.apply, event, limiter=writer)
+
+
+def _slug(position: int, planned: Planned) -> str:
+    name = "".join(c if c.isalnum() or c in "-_." else "_" for c in planned.submission.name)
+    return f"{position:03d}-{planned.task_id}-{name}"
+
+
+async def evaluate_once(
+    task: Task, submission: Path, runtime: Runtime, cache_home: Path
+) -> EvaluationFinished:
+    """One evaluation outside any recorded run (self-verify, task checks): scratch store."""
+    scratch = Path(tempfile.mkdtemp(prefix="anvil-once-", dir=cache_home))
+    try:
+        store = Store(f"sqlite:///{scratch / 'once.db'}")
+        runner = Runner(store, runtime, RunSettings(home=scratch, concurrency=1))
+        run_id = await runner.start([Planned(task.root, submission.resolve(), task)])
+        results = await runner.execute(run_id)
+        store.close()
+    finally:
+        await anyio.to_thread.run_sync(shutil.rmtree, scratch, True)
+    return results[0]

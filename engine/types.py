@@ -1,0 +1,113 @@
+"""Shared enums, protocols and type aliases of the engine.
+
+A runtime turns a submission into a running service on loopback. The engine
+drives it through :class:`Runtime`; everything runtime-specific (venvs,
+images, containers) stays behind these protocols.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+
+class Phase(enum.StrEnum):
+    """The phases of one evaluation, in the order they run."""
+
+    BUILD = "build"
+    STARTUP = "startup"
+    HEALTH = "health"
+    WIRING = "wiring"
+    ORACLE = "oracle"
+    TEARDOWN = "teardown"
+
+
+class Verdict(enum.StrEnum):
+    PASS = "pass"
+    FAIL = "fail"
+    ERROR = "error"
+
+
+class Outcome(enum.StrEnum):
+    """Outcome of one oracle item."""
+
+    PASSED = "passed"
+    FAILED = "failed"
+    ERROR = "error"
+    SKIPPED = "skipped"
+
+
+@dataclass(frozen=True)
+class ExitInfo:
+    """How a service ended: ``reason`` is short and user-facing (``exited 1``, ``oom``)."""
+
+    returncode: int | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    """What a runtime needs to build one submission."""
+
+    submission: Path
+    workdir: Path  # private scratch folder of the evaluation
+    log_path: Path  # build output goes here
+
+
+@dataclass(frozen=True)
+class StartRequest:
+    """What a runtime needs to start one service."""
+
+    port: int  # the port the task says the service listens on
+    env: Mapping[str, str]
+    workdir: Path
+    log_path: Path  # service stdout/stderr go here, capped at ``log_cap`` bytes
+    log_cap: int
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Artifact(Protocol):
+    """Something a runtime built and can start (a prepared folder, an image)."""
+
+    @property
+    def description(self) -> str: ...
+
+
+@runtime_checkable
+class Instance(Protocol):
+    """A running service."""
+
+    async def wait_listening(self) -> str:
+        """Wait until the service listens and return its base URL on loopback."""
+        ...
+
+    async def wait_exit(self) -> ExitInfo:
+        """Wait until the service ends by itself and say how it ended."""
+        ...
+
+    def diagnose(self) -> str:
+        """A short hint on why the service is not reachable (e.g. which port it bound)."""
+        ...
+
+
+@runtime_checkable
+class Runtime(Protocol):
+    """Builds submissions and runs them as services on loopback.
+
+    ``build`` raises :class:`~engine.BuildFailed` for the candidate's faults and
+    :class:`~engine.HarnessError` for its own; ``start`` raises
+    :class:`~engine.ServiceExited` when the service cannot be started.
+    ``stop`` must be safe to call on any instance, more than once.
+    """
+
+    name: str
+
+    async def build(self, request: BuildRequest) -> Artifact: ...
+
+    async def start(self, artifact: Artifact, request: StartRequest) -> Instance: ...
+
+    async def stop(self, instance: Instance) -> None: ...
