@@ -47,7 +47,7 @@ def oracle_command(oracle_dir: Path, workdir: Path, extra: list[str] | None = No
     ini.write_text("[pytest]\n", encoding="utf-8")
     return [
         sys.executable, "-m", "pytest", str(oracle_dir),
-        "-c", str(ini), "--rootdir", str(oracle_dir),
+        "-c", str(ini), "--rootdir", str(oracle_dir), "--confcutdir", str(oracle_dir),
         "-p", PLUGIN, "-p", "no:cacheprovider",
         "-q", "--strict-markers", "-o", "console_output_style=classic",
         *(extra or []),

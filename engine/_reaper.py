@@ -59,29 +59,29 @@ def _alive(pid: int) -> bool:
         return True
 
 
-def find_orphans() -> list[Orphan]:
-    """Processes started by an anvil that no longer runs."""
+def marked_processes() -> list[Orphan]:
+    """Every live process carrying anvil's marks, whoever its owner."""
     found = []
-    me = os.getpid()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         pid = int(entry.name)
         env = _environ(pid)
-        if OWNER_VAR not in env:
+        if OWNER_VAR not in env or not _alive(pid):
             continue
         try:
             owner = int(env[OWNER_VAR])
-        except ValueError:
-            continue
-        if owner == me or _alive(owner):
-            continue
-        try:
             pgid = os.getpgid(pid)
-        except ProcessLookupError:
+        except (ValueError, ProcessLookupError):
             continue
         found.append(Orphan(pid, pgid, env.get(RUN_VAR, "?"), owner))
     return found
+
+
+def find_orphans() -> list[Orphan]:
+    """Processes started by an anvil that no longer runs."""
+    me = os.getpid()
+    return [p for p in marked_processes() if p.owner != me and not _alive(p.owner)]
 
 
 def reap_orphans() -> list[Orphan]:

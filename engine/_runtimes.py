@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from ._errors import InputError
@@ -16,7 +17,7 @@ def make_runtime(name: str, home: Path) -> tuple[ProcessRuntime, str]:
     Raises:
         InputError: an unknown runtime name.
     """
-    cache = home / "cache"
+    cache = Path(os.environ.get("ANVIL_CACHE") or home / "cache")
     if name == "process":
         return ProcessRuntime(cache), "runtime: process"
     if name == "auto":

@@ -1,0 +1,66 @@
+"""Fixtures shared by the whole suite."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pytest
+
+from engine import EvaluationFinished, Planned, ProcessRuntime, Runner, RunSettings, Store
+from engine import Task, load_task
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "tests" / "engine" / "fixtures"
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One venv cache for the session: each distinct requirements set is built once."""
+    path = Path(os.environ.get("ANVIL_TEST_CACHE") or tmp_path_factory.mktemp("anvil-cache"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.fixture
+def tiny_task() -> Task:
+    return load_task(FIXTURES / "tiny_task")
+
+
+MakeSubmission = Callable[..., Path]
+
+
+@pytest.fixture
+def make_submission(tmp_path: Path) -> MakeSubmission:
+    """Copy the stdlib tiny service into a new submission whose MODE is ``mode``."""
+    counter = iter(range(1_000_000))
+
+    def make(mode: str = "ok", name: str | None = None, dockerfile: str | None = None) -> Path:
+        folder = tmp_path / "submissions" / (name or f"{mode}-{next(counter)}")
+        shutil.copytree(FIXTURES / "tiny_service", folder)
+        text = dockerfile or (folder / "Dockerfile").read_text()
+        (folder / "Dockerfile").write_text(text.replace("ENV MODE=ok", f"ENV MODE={mode}"))
+        return folder
+
+    return make
+
+
+async def run_engine(
+    pairs: Sequence[tuple[Task, Path]],
+    home: Path,
+    cache_dir: Path,
+    concurrency: int = 4,
+    **settings: object,
+) -> tuple[list[EvaluationFinished], Store, str]:
+    """Run the real engine over ``pairs`` with the process runtime; return verdicts by pair order."""
+    store = Store(f"sqlite:///{home / 'anvil.db'}")
+    async with ProcessRuntime(cache_dir) as runtime:
+        runner = Runner(store, runtime, RunSettings(home=home, concurrency=concurrency,
+                                                    **settings))  # type: ignore[arg-type]
+        run_id = await runner.start([Planned(t.root, s, t) for t, s in pairs])
+        results = await runner.execute(run_id)
+    order = {str(s.resolve()): i for i, (_t, s) in enumerate(pairs)}
+    results.sort(key=lambda r: order[r.submission])
+    return results, store, run_id

@@ -1,0 +1,204 @@
+"""Each phase failure yields its verdict, with real processes and real HTTP."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+
+from engine import (
+    EvaluationFinished,
+    Phase,
+    PhaseStarted,
+    Planned,
+    ProcessRuntime,
+    Runner,
+    RunSettings,
+    Store,
+    Task,
+    Verdict,
+    load_task,
+)
+from engine._reaper import marked_processes
+from tests.conftest import FIXTURES, MakeSubmission, run_engine
+
+
+async def test_passing_submission_gets_pass_with_every_item(
+    tiny_task: Task, make_submission: MakeSubmission, tmp_path: Path, cache_dir: Path
+) -> None:
+    (result,), _store, _ = await run_engine([(tiny_task, make_submission("ok"))], tmp_path,
+                                            cache_dir)
+    assert result.verdict is Verdict.PASS, result.reason
+    assert result.phase is None
+    assert result.items_passed == 4 and result.items_failed == 0
+
+
+@pytest.mark.parametrize(
+    ("mode", "phase", "reason"),
+    [
+        ("crash", Phase.STARTUP, "exited 3"),
+        ("silent", Phase.HEALTH, "never listened on port 8000"),
+        ("wrong_port", Phase.HEALTH, "listens on port 8080"),
+    ],
+)
+async def test_service_failures_fail_at_their_phase(
+    mode: str, phase: Phase, reason: str, tiny_task: Task, make_submission: MakeSubmission,
+    tmp_path: Path, cache_dir: Path,
+) -> None:
+    (result,), _, _ = await run_engine([(tiny_task, make_submission(mode))], tmp_path, cache_dir)
+    assert (result.verdict, result.phase) == (Verdict.FAIL, phase)
+    assert reason in result.reason
+
+
+async def test_crash_reason_quotes_the_service_log(
+    tiny_task: Task, make_submission: MakeSubmission, tmp_path: Path, cache_dir: Path
+) -> None:
+    (result,), _, _ = await run_engine([(tiny_task, make_submission("crash"))], tmp_path,
+                                       cache_dir)
+    assert "boom: missing configuration" in result.reason
+
+
+async def test_submission_without_dockerfile_fails_build_naming_the_file(
+    tiny_task: Task, make_submission: MakeSubmission, tmp_path: Path, cache_dir: Path
+) -> None:
+    sub = make_submission("ok")
+    (sub / "Dockerfile").unlink()
+    (result,), _, _ = await run_engine([(tiny_task, sub)], tmp_path, cache_dir)
+    assert (result.verdict, result.phase) == (Verdict.FAIL, Phase.BUILD)
+    assert str(sub / "Dockerfile") in result.reason
+
+
+async def test_not_runnable_cmd_fails_startup(
+    tiny_task: Task, make_submission: MakeSubmission, tmp_path: Path, cache_dir: Path
+) -> None:
+    sub = make_submission("ok")
+    (sub / "Dockerfile").write_text("FROM python:3.11-slim\nCMD [\"no-such-program\"]\n")
+    (result,), _, _ = await run_engine([(tiny_task, sub)], tmp_path, cache_dir)
+    assert (result.verdict, result.phase) == (Verdict.FAIL, Phase.STARTUP)
+    assert "no-such-program" in result.reason
+
+
+async def test_failing_items_fail_oracle_with_their_categories(
+    tiny_task: Task, make_submission: MakeSubmission, tmp_path: Path, cache_dir: Path
+) -> None:
+    (result,), _, _ = await run_engine([(tiny_task, make_submission("fail_item"))], tmp_path,
+                                       cache_dir)
+    assert (result.verdict, result.phase) == (Verdict.FAIL, Phase.ORACLE)
+    failed = [i for i in result.items if not i.passed]
+    assert [i.nodeid for i in failed] == ["test_tiny.py::test_put_then_get"]
+    assert failed[0].category == "state"
+    assert "assert 404 == 200" in failed[0].message or "404" in failed[0].message
+
+
+async def test_hanging_item_is_bounded_by_the_item_deadline(
+    tiny_task: Task, make_submission: MakeSubmission, tmp_path: Path, cache_dir: Path
+) -> None:
+    started = time.monotonic()
+    (result,), _, _ = await run_engine([(tiny_task, make_submission("slow_item"))], tmp_path,
+                                       cache_dir)
+    assert time.monotonic() - started < 30  # the service sleeps 60 s in that item
+    (slow,) = [i for i in result.items if not i.passed]
+    assert slow.nodeid.endswith("test_slow_answers")
+    assert "timed out after 2s" in slow.message
+    assert result.items_passed == 3
+
+
+async def test_oracle_that_does_not_import_is_an_error_retried_once(
+    tmp_path: Path, make_submission: MakeSubmission, cache_dir: Path
+) -> None:
+    task_dir = tmp_path / "broken-task"
+    import shutil
+
+    shutil.copytree(FIXTURES / "tiny_task", task_dir)
+    (task_dir / "oracle" / "test_broken.py").write_text("import no_such_module_xyz\n")
+    task = load_task(task_dir)
+    (result,), store, run_id = await run_engine([(task, make_submission("ok"))], tmp_path,
+                                                cache_dir)
+    assert result.verdict is Verdict.ERROR
+    assert result.attempt == 2
+    assert "test_broken.py" in result.reason and "no_such_module_xyz" in result.reason
+    (row,) = store.evaluations(run_id)
+    assert (row.verdict, row.attempt, row.status) == ("error", 2, "done")
+
+
+async def test_flooding_service_is_capped_and_still_judged(
+    tiny_task: Task, make_submission: MakeSubmission, tmp_path: Path, cache_dir: Path
+) -> None:
+    cap = 64 * 1024
+    (result,), _, _ = await run_engine([(tiny_task, make_submission("flood"))], tmp_path,
+                                       cache_dir, log_cap=cap)
+    assert result.verdict is Verdict.PASS, result.reason
+    (log,) = (tmp_path / "runs").glob("*/*/service.log")
+    assert cap <= log.stat().st_size <= cap + 200
+    assert log.read_text().rstrip().endswith(f"[anvil: log capped at {cap} bytes]")
+
+
+async def test_teardown_kills_the_whole_process_group(
+    tiny_task: Task, make_submission: MakeSubmission, tmp_path: Path, cache_dir: Path
+) -> None:
+    sub = make_submission("child")
+    pid_file = tmp_path / "child.pid"
+    dockerfile = (sub / "Dockerfile").read_text()
+    (sub / "Dockerfile").write_text(dockerfile.replace(
+        "EXPOSE", f"ENV CHILD_PID_FILE={pid_file}\nEXPOSE"))
+    (result,), _, _ = await run_engine([(tiny_task, sub)], tmp_path, cache_dir)
+    assert result.verdict is Verdict.PASS, result.reason
+    child = int(pid_file.read_text())
+    assert not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text()
+
+
+async def test_crashed_service_is_noticed_within_two_seconds(
+    tiny_task: Task, make_submission: MakeSubmission, tmp_path: Path, cache_dir: Path
+) -> None:
+    """The health deadline is 4 s; the exit must be seen long before it."""
+    sub = make_submission("crash")
+    # Warm the (empty) venv so the measurement covers startup and health only.
+    await run_engine([(tiny_task, make_submission("ok"))], tmp_path / "warm", cache_dir)
+    store = Store(f"sqlite:///{tmp_path / 'anvil.db'}")
+    seen: dict[Phase, float] = {}
+    async with ProcessRuntime(cache_dir) as runtime:
+        runner = Runner(store, runtime, RunSettings(home=tmp_path))
+        run_id = await runner.start([Planned(tiny_task.root, sub, tiny_task)])
+
+        async def watch(stream):  # type: ignore[no-untyped-def]
+            async with stream:
+                async for event in stream:
+                    if isinstance(event, PhaseStarted):
+                        seen[event.phase] = time.monotonic()
+                    if isinstance(event, EvaluationFinished):
+                        seen[Phase.TEARDOWN] = time.monotonic()
+
+        (result,) = await runner.execute(run_id, [watch])
+    assert result.phase is Phase.STARTUP
+    assert seen[Phase.TEARDOWN] - seen[Phase.STARTUP] < 2.0
+
+
+async def test_cancelled_run_tears_down_every_service(
+    tiny_task: Task, make_submission: MakeSubmission, tmp_path: Path, cache_dir: Path
+) -> None:
+    subs = [make_submission("slow_item") for _ in range(3)]
+    store = Store(f"sqlite:///{tmp_path / 'anvil.db'}")
+    async with ProcessRuntime(cache_dir) as runtime:
+        runner = Runner(store, runtime, RunSettings(home=tmp_path))
+        run_id = await runner.start([Planned(tiny_task.root, s, tiny_task) for s in subs])
+        oracles_started = 0
+
+        async def cancel_in_oracle(stream):  # type: ignore[no-untyped-def]
+            nonlocal oracles_started
+            async with stream:
+                async for event in stream:
+                    if isinstance(event, PhaseStarted) and event.phase is Phase.ORACLE:
+                        oracles_started += 1
+                        if oracles_started == len(subs):
+                            assert [p for p in marked_processes() if p.run_id == run_id]
+                            runner.cancel()
+
+        with anyio.fail_after(60):
+            results = await runner.execute(run_id, [cancel_in_oracle])
+    assert runner.interrupted and results == []
+    assert [p for p in marked_processes() if p.run_id == run_id] == []
+    rows = store.evaluations(run_id)
+    assert {r.status for r in rows} == {"running"} and all(r.verdict is None for r in rows)
+    assert store.run(run_id).status == "interrupted"  # type: ignore[union-attr]
