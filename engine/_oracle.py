@@ -168,7 +168,7 @@ def _last_line(text: str) -> str:
 async def collect_items(oracle_dir: Path, workdir: Path) -> list[str]:
     """Node ids of the oracle's items, without running them."""
     workdir.mkdir(parents=True, exist_ok=True)
-    argv = oracle_command(oracle_dir, workdir, ["--collect-only", "-q"])
+    argv = oracle_command(oracle_dir, workdir, ["--collect-only"])
     result = await anyio.run_process(
         argv, cwd=workdir, check=False,
         env=oracle_env("http://127.0.0.1:9", workdir / "collect.jsonl", 0),
@@ -176,4 +176,7 @@ async def collect_items(oracle_dir: Path, workdir: Path) -> list[str]:
     out = result.stdout.decode("utf-8", "replace")
     if result.returncode != 0:
         raise OracleBroken(f"{oracle_dir}: oracle does not collect: {_last_line(out)}")
-    return [line.strip() for line in out.splitlines() if "::" in line]
+    items = [line.strip() for line in out.splitlines() if "::" in line]
+    if not items:
+        raise OracleBroken(f"{oracle_dir}: the oracle has no items")
+    return items

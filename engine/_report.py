@@ -203,7 +203,7 @@ def _as_ctrf(board: Scoreboard) -> dict[str, Any]:
         for case in _cases(board, ev):
             test: dict[str, Any] = {
                 "name": case["name"], "status": case["status"],
-                "duration": int(case["duration"] * 1000), "suite": case["suite"],
+                "duration": int(case["duration"] * 1000), "suite": case["suite"].split("/", 1),
                 "tags": [case["category"]] if case["category"] else [],
             }
             if case["message"]:
