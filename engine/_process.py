@@ -266,10 +266,11 @@ def _build_venv(
             shutil.rmtree(venv, ignore_errors=True)
             _append(log, f"venv {venv.name}: creating, pip install {' '.join(pip_args)}\n")
             # A venv without pip, filled by our own pip: much faster than ensurepip.
-            _check(log, where, [python, "-m", "venv", "--without-pip", str(venv)], cwd)
+            _check(log, where, "python -m venv", [python, "-m", "venv", "--without-pip", str(venv)],
+                   cwd)
             if pip_args:
                 _check(
-                    log, where,
+                    log, where, "pip install",
                     [python, "-m", "pip", "--python", str(venv / "bin" / "python"),
                      "install", "--disable-pip-version-check", *pip_args],
                     cwd,
@@ -282,12 +283,12 @@ def _build_venv(
             fcntl.flock(lock_file, fcntl.LOCK_UN)
 
 
-def _check(log: Path, where: str, argv: list[str], cwd: Path) -> None:
+def _check(log: Path, where: str, label: str, argv: list[str], cwd: Path) -> None:
     with open(log, "ab") as out:
         done = subprocess.run(argv, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, check=False)
     if done.returncode != 0:
         tail = _tail(log, 6)
-        raise BuildFailed(f"{where}: `{' '.join(argv[2:4])}` failed ({done.returncode}): {tail}")
+        raise BuildFailed(f"{where}: `{label}` failed ({done.returncode}): {tail}")
 
 
 def _tail(path: Path, lines: int) -> str:

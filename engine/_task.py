@@ -11,6 +11,7 @@ Two shapes are accepted:
 
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -123,7 +124,11 @@ def _parse_toml(path: Path) -> TaskConfig:
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
-        raise TaskFormatError(path, f"invalid TOML: {exc.msg}", exc.lineno) from exc
+        # Python < 3.14 has no .lineno: the position is only in the message.
+        found = re.search(r"\(at line (\d+), column \d+\)$", str(exc))
+        message = str(exc)[: found.start()].strip() if found else str(exc)
+        line = int(found.group(1)) if found else None
+        raise TaskFormatError(path, f"invalid TOML: {message}", line) from exc
     except (OSError, UnicodeDecodeError) as exc:
         raise TaskFormatError(path, f"cannot read: {exc}") from exc
     try:
