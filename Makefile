@@ -15,6 +15,7 @@ run: $(BIN)/anvil
 	$(BIN)/anvil run tasks/taskboard --submissions examples/taskboard
 
 test: $(BIN)/anvil
+	$(BIN)/ruff check engine tests
 	$(BIN)/python -m pytest
 
 lint: $(BIN)/anvil

@@ -375,14 +375,19 @@ class ProcessInstance:
         self, log_cap: int, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
         """Pump output into the capped log and record the exit; owned by the runtime."""
+        drained = anyio.Event()
         async with anyio.create_task_group() as tg:
-            tg.start_soon(self._pump, log_cap)
+            tg.start_soon(self._pump, log_cap, drained)
             task_status.started()
             code = await self.process.wait()
+            # Its last words are what a user needs to read: let the log catch up,
+            # unless a stray child holds the pipe open.
+            with anyio.move_on_after(0.5):
+                await drained.wait()
             self._exit = ExitInfo(code, _describe_exit(code))
             self._exited.set()
 
-    async def _pump(self, log_cap: int) -> None:
+    async def _pump(self, log_cap: int, drained: anyio.Event) -> None:
         stream = self.process.stdout
         assert stream is not None
         written = 0
@@ -398,6 +403,8 @@ class ProcessInstance:
                         await out.send(f"\n[anvil: log capped at {log_cap} bytes]\n".encode())
             except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                 pass
+            finally:
+                drained.set()
 
     async def wait_listening(self) -> str:
         while True:

@@ -9,8 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from engine import EvaluationFinished, Planned, ProcessRuntime, Runner, RunSettings, Store
-from engine import Task, load_task
+from engine import (
+    EvaluationFinished,
+    Planned,
+    ProcessRuntime,
+    Runner,
+    RunSettings,
+    Store,
+    Task,
+    load_task,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "engine" / "fixtures"
@@ -54,7 +62,7 @@ async def run_engine(
     concurrency: int = 4,
     **settings: object,
 ) -> tuple[list[EvaluationFinished], Store, str]:
-    """Run the real engine over ``pairs`` with the process runtime; return verdicts by pair order."""
+    """Run the real engine (process runtime) over ``pairs``; verdicts come in pair order."""
     store = Store(f"sqlite:///{home / 'anvil.db'}")
     async with ProcessRuntime(cache_dir) as runtime:
         runner = Runner(store, runtime, RunSettings(home=home, concurrency=concurrency,

@@ -235,7 +235,6 @@ def test_tasks_check_names_the_broken_openapi(tmp_path: Path, cache_dir: Path) -
     done = anvil("tasks", "check", str(task), "--runtime", "process", "--home", str(tmp_path),
                  home=tmp_path, cache=cache_dir)
     assert done.returncode == 1
-    assert f"openapi.yaml: FAIL" not in done.stderr
     assert f"{task / 'openapi.yaml'}: at info:" in done.stderr
     assert "reference passes:" in done.stderr and "missing" in done.stderr
 
