@@ -182,7 +182,10 @@ class Lifecycle:
                             workdir=ev.workdir,
                             log_path=ev.workdir / "service.log",
                             log_cap=self.log_cap,
-                            labels={"anvil.run": ev.run_id, "anvil.evaluation": ev.evaluation_id},
+                            labels=self._labels(),
+                            memory_mb=task.config.service.memory_mb,
+                            cpus=task.config.service.cpus,
+                            pids_limit=task.config.service.pids_limit,
                         ))
                 async with self._enter(Phase.HEALTH):
                     base_url = await self._healthy(instance)
@@ -204,6 +207,12 @@ class Lifecycle:
             reason = f"{len(failed)}/{len(self.items)} items failed ({', '.join(categories)})"
             return Result(Verdict.FAIL, Phase.ORACLE, reason, tuple(self.items))
         return Result(Verdict.PASS, None, f"{len(self.items)} items passed", tuple(self.items))
+
+    def _labels(self) -> dict[str, str]:
+        """Marks for reaping: which run, which evaluation, and until when it may live."""
+        lease = time.time() + self.ev.task.lease_seconds() + 60
+        return {"anvil.run": self.ev.run_id, "anvil.evaluation": self.ev.evaluation_id,
+                "anvil.lease": str(int(lease))}
 
     def _service_env(self) -> dict[str, str]:
         return {**self.ev.owner_env, "ANVIL_EVALUATION": self.ev.evaluation_id}

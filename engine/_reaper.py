@@ -9,10 +9,17 @@ kills their process groups.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import signal
+import socket
+import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from aiodocker.exceptions import DockerError
 
 OWNER_VAR = "ANVIL_OWNER_PID"
 RUN_VAR = "ANVIL_RUN"
@@ -93,3 +100,52 @@ def reap_orphans() -> list[Orphan]:
         except (ProcessLookupError, PermissionError):
             pass
     return orphans
+
+
+# -- Docker ----------------------------------------------------------------------
+
+
+async def reap_docker(docker: Any, *, everything: bool = False) -> list[str]:
+    """Remove containers and networks labelled by an anvil that is gone or out of lease.
+
+    A container's owner is ``host:pid``; it is reaped when that process no longer
+    runs on this host or its ``anvil.lease`` (unix time) has passed. With
+    ``everything``, every anvil-labelled container and network goes.
+    Returns the names removed.
+    """
+    from ._docker import LEASE_LABEL, OWNER_LABEL, call
+
+    host = socket.gethostname()
+    now = time.time()
+    removed: list[str] = []
+
+    def expired(labels: dict[str, str]) -> bool:
+        if everything:
+            return True
+        owner_host, _, pid = labels.get(OWNER_LABEL, ":").rpartition(":")
+        try:
+            lease = float(labels.get(LEASE_LABEL, "inf"))
+        except ValueError:
+            lease = 0.0
+        gone = owner_host == host and pid.isdigit() and not _alive(int(pid))
+        return gone or lease < now
+
+    label_filter = json.dumps({"label": [OWNER_LABEL]})
+    containers = await call("list containers",
+                            lambda: docker.containers.list(all="true", filters=label_filter))
+    for container in containers:
+        labels = container["Labels"] or {}
+        if expired(labels):
+            with contextlib.suppress(DockerError):
+                await call("remove container",
+                           lambda c=container: c.delete(force=True, v=True))
+            removed.append((container["Names"] or [container.id])[0].lstrip("/"))
+    networks = await call("list networks",
+                          lambda: docker.networks.list(filters={"label": [OWNER_LABEL]}))
+    for net in networks:
+        if expired(net.get("Labels") or {}):
+            with contextlib.suppress(DockerError):
+                network = await call("get network", lambda n=net: docker.networks.get(n["Id"]))
+                await call("remove network", network.delete)
+            removed.append(net["Name"])
+    return removed

@@ -1,27 +1,50 @@
-"""Choosing a runtime by name (``auto``, ``process``)."""
+"""Choosing a runtime by name: ``auto``, ``docker`` or ``process``."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from ._errors import InputError
+from ._docker import DockerRuntime, docker_client
+from ._errors import InputError, RuntimeUnavailable
 from ._process import ProcessRuntime
+from .types import Runtime
 
-RUNTIMES = ("auto", "process")
+RUNTIMES = ("auto", "docker", "process")
 
 
-def make_runtime(name: str, home: Path) -> tuple[ProcessRuntime, str]:
-    """The runtime called ``name`` and a line saying which one runs and why.
+def cache_dir(home: Path) -> Path:
+    return Path(os.environ.get("ANVIL_CACHE") or home / "cache")
+
+
+async def docker_answers() -> str | None:
+    """None when a Docker daemon answers, else why not."""
+    try:
+        client = await docker_client()
+    except RuntimeUnavailable as exc:
+        return str(exc)
+    await client.close()
+    return None
+
+
+async def make_runtime(name: str, home: Path) -> tuple[Runtime, str]:
+    """The runtime called ``name`` (not yet entered) and a line saying which and why.
 
     Raises:
         InputError: an unknown runtime name.
+        RuntimeUnavailable: ``docker`` asked for and no daemon answers.
     """
-    cache = Path(os.environ.get("ANVIL_CACHE") or home / "cache")
+    cache = cache_dir(home)
     if name == "process":
         return ProcessRuntime(cache), "runtime: process"
+    if name == "docker":
+        why = await docker_answers()
+        if why:
+            raise RuntimeUnavailable(f"--runtime docker: {why}")
+        return DockerRuntime(cache), "runtime: docker"
     if name == "auto":
-        # The Docker runtime is a separate slice (issue: Docker runtime on aiodocker);
-        # until it lands, auto always falls back to the embedded process runtime.
-        return ProcessRuntime(cache), "runtime: process (auto: no Docker runtime in this build)"
+        why = await docker_answers()
+        if why is None:
+            return DockerRuntime(cache), "runtime: docker (auto: the Docker daemon answers)"
+        return ProcessRuntime(cache), f"runtime: process (auto: {why})"
     raise InputError(f"--runtime {name}", f"unknown runtime; choose one of {', '.join(RUNTIMES)}")

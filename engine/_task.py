@@ -34,6 +34,10 @@ class ServiceConfig(_Strict):
     health_timeout: float = Field(30.0, gt=0)
     wiring_timeout: float = Field(15.0, gt=0)
     teardown_timeout: float = Field(20.0, gt=0)
+    # Container limits (docker runtime): sane for a 2-core, 24 GiB machine running several.
+    memory_mb: int = Field(1024, ge=16)
+    cpus: float = Field(1.0, gt=0)
+    pids_limit: int = Field(256, ge=16)
 
 
 class OracleConfig(_Strict):
@@ -72,6 +76,10 @@ class Task:
     def reference(self) -> Path | None:
         ref = self.root / "reference"
         return ref if ref.is_dir() else None
+
+    def lease_seconds(self) -> float:
+        """The longest an evaluation of this task can take: every phase's deadline."""
+        return sum(self.timeout(phase) for phase in Phase)
 
     def timeout(self, phase: Phase) -> float:
         svc = self.config.service

@@ -66,7 +66,7 @@ async def _check_reference(task: Task, runtime_name: str, home: Path) -> Check:
     if task.reference is None:
         return Check("reference passes", False, f"{task.root / 'reference'}: missing")
     home.mkdir(parents=True, exist_ok=True)
-    runtime, _ = make_runtime(runtime_name, home)
+    runtime, _ = await make_runtime(runtime_name, home)
     async with runtime:
         result = await evaluate_once(task, task.reference, runtime, home)
     if result.verdict is Verdict.PASS:

@@ -14,12 +14,15 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from ._bootstrap import BootstrapResult, bootstrap
+from ._docker import docker_client
 from ._errors import AnvilError, InputError, TaskFormatError
 from ._events import EvaluationFinished
-from ._reaper import reap_orphans
+from ._images import gc_images, parse_size
+from ._reaper import reap_docker, reap_orphans
 from ._report import FORMATS, render_report
 from ._run import Planned, Runner, RunSettings, evaluate_once, plan
-from ._runtimes import RUNTIMES, make_runtime
+from ._runtimes import RUNTIMES, cache_dir, docker_answers, make_runtime
 from ._store import Store, default_url
 from ._subscribers import event_log, json_lines, progress_display
 from ._task import discover_tasks, load_task
@@ -36,6 +39,8 @@ app = typer.Typer(
 )
 tasks_app = typer.Typer(help="List and check task packages.", no_args_is_help=True)
 app.add_typer(tasks_app, name="tasks")
+docker_app = typer.Typer(help="Docker runtime set-up.", no_args_is_help=True)
+app.add_typer(docker_app, name="docker")
 
 err = Console(stderr=True)
 
@@ -121,7 +126,7 @@ async def _run(
     reaped = reap_orphans()
     if reaped:
         err.print(f"reaped {len(reaped)} processes left by a killed anvil")
-    runtime, which = make_runtime(runtime_name, home)
+    runtime, which = await make_runtime(runtime_name, home)
     err.print(which)
     settings = RunSettings(home=home, concurrency=concurrency, options={
         "tasks": [str(p.resolve()) for p in task_paths],
@@ -195,7 +200,7 @@ async def _verify(
     if not submission.is_dir():
         raise InputError(submission, "no such submission folder")
     home.mkdir(parents=True, exist_ok=True)
-    runtime, _ = make_runtime(runtime_name, home)
+    runtime, _ = await make_runtime(runtime_name, home)
     async with runtime:
         result = await evaluate_once(task, submission, runtime, home)
     return result.verdict, result.phase.value if result.phase else None
@@ -268,12 +273,69 @@ def tasks_check(
 
 
 @app.command()
-def gc() -> None:
-    """Kill processes left behind by an anvil that was killed (kill -9, crash)."""
+def gc(
+    images: Annotated[bool, typer.Option(
+        "--images", help="Also remove cached build images beyond --budget, LRU first.")] = False,
+    budget: Annotated[str, typer.Option(help="Disk budget for cached build images.")] = "10G",
+    everything: Annotated[bool, typer.Option(
+        "--all", help="Remove every anvil container and network, even of live runs.")] = False,
+    home: HomeOpt = Path(".anvil"),
+) -> None:
+    """Reap what a killed anvil left: processes, containers and networks whose owner is gone
+    or whose lease expired."""
+    try:
+        anyio.run(_gc, images, parse_size(budget), everything, home.resolve())
+    except (AnvilError, ValueError) as exc:
+        raise _fail(str(exc)) from None
+
+
+async def _gc(images: bool, budget: int, everything: bool, home: Path) -> None:
     reaped = reap_orphans()
     for orphan in reaped:
         err.print(f"killed process group {orphan.pgid} (run {orphan.run_id}, owner {orphan.owner})")
     err.print(f"reaped {len(reaped)} processes")
+    why = await docker_answers()
+    if why:
+        err.print(f"docker: skipped ({why})")
+        return
+    docker = await docker_client()
+    try:
+        removed = await reap_docker(docker, everything=everything)
+        for name in removed:
+            err.print(f"removed {name}")
+        err.print(f"reaped {len(removed)} containers and networks")
+        if images:
+            gone = await gc_images(docker, cache_dir(home), budget)
+            for tag, size in gone:
+                err.print(f"removed image {tag} ({size / 2**20:.0f} MiB)")
+            err.print(f"removed {len(gone)} images")
+    finally:
+        await docker.close()
+
+
+@docker_app.command("bootstrap")
+def docker_bootstrap(
+    force: Annotated[bool, typer.Option(help="Rebuild even if the image exists.")] = False,
+) -> None:
+    """Build the offline Python base image (python:3.11-slim and aliases) with debootstrap.
+
+    Needs a running Docker daemon and debootstrap (apt-get install -y docker.io
+    debootstrap). Idempotent: does nothing when the image is there.
+    """
+    try:
+        result = anyio.run(_bootstrap, force)
+    except AnvilError as exc:
+        raise _fail(str(exc), EXIT_ERROR_VERDICT) from None
+    verb = "built" if result.built else "already there:"
+    err.print(f"{verb} {', '.join(result.tags)} in {result.seconds:.1f}s")
+
+
+async def _bootstrap(force: bool) -> BootstrapResult:
+    docker = await docker_client()
+    try:
+        return await bootstrap(docker, force=force, say=lambda m: err.print(m))
+    finally:
+        await docker.close()
 
 
 def main() -> None:

@@ -67,6 +67,9 @@ class StartRequest:
     log_path: Path  # service stdout/stderr go here, capped at ``log_cap`` bytes
     log_cap: int
     labels: Mapping[str, str] = field(default_factory=dict)
+    memory_mb: int = 1024
+    cpus: float = 1.0
+    pids_limit: int = 256
 
 
 @runtime_checkable
@@ -98,6 +101,9 @@ class Instance(Protocol):
 class Runtime(Protocol):
     """Builds submissions and runs them as services on loopback.
 
+    A runtime is an async context manager: it owns the tasks that watch its
+    instances (log pumps, exit watchers, the Docker events stream).
+
     ``build`` raises :class:`~engine.BuildFailed` for the candidate's faults and
     :class:`~engine.HarnessError` for its own; ``start`` raises
     :class:`~engine.ServiceExited` when the service cannot be started.
@@ -105,6 +111,12 @@ class Runtime(Protocol):
     """
 
     name: str
+
+    async def __aenter__(self) -> Runtime:
+        """Open the runtime (daemon connection, watchers) for one run."""
+        ...
+
+    async def __aexit__(self, *exc_info: object) -> bool | None: ...
 
     async def build(self, request: BuildRequest) -> Artifact: ...
 

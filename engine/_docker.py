@@ -1,0 +1,491 @@
+"""The Docker runtime (aiodocker): isolated containers, many at once.
+
+* build: the context tar is made deterministically from the submission, its
+  hash is the image tag (``anvil-build:<hash>``), so an unchanged submission
+  is never rebuilt; concurrent builds of one hash are built once.
+* start: memory/CPU/pid limits, ``no-new-privileges``, every capability
+  dropped, the service port published on 127.0.0.1 only (random host port),
+  labels ``anvil.run``, ``anvil.evaluation``, ``anvil.owner``, ``anvil.lease``.
+* events: one Docker events subscription per runtime; ``die``/``oom`` of a
+  container ends its instance at once, with the reason (``exited 1``, ``oom``).
+* every API call has a deadline and is retried once; a daemon that keeps
+  failing is the harness's fault (``error``), never the candidate's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import os
+import socket
+import tarfile
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from fnmatch import fnmatch
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
+
+import aiodocker
+import aiohttp
+import anyio
+import anyio.abc
+from aiodocker.events import DockerEvents
+from aiodocker.exceptions import DockerError
+from anyio.streams.file import FileWriteStream
+
+from ._errors import BuildFailed, HarnessError, RuntimeUnavailable
+from .types import Artifact, BuildRequest, ExitInfo, Instance, StartRequest
+
+T = TypeVar("T")
+
+BUILD_REPO = "anvil-build"
+OWNER_LABEL = "anvil.owner"
+LEASE_LABEL = "anvil.lease"
+RUN_LABEL = "anvil.run"
+CONTEXT_LABEL = "anvil.context"
+_ALWAYS_IGNORED = (".git", "__pycache__", ".venv", "node_modules", ".anvil")
+
+
+def owner_id() -> str:
+    """Who owns a container: this host and process, checked by reapers."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+async def docker_client(answer_within: float = 3.0) -> aiodocker.Docker:
+    """A client whose daemon answered a version call within ``answer_within`` seconds.
+
+    Raises:
+        RuntimeUnavailable: no daemon answers.
+    """
+    try:
+        client = aiodocker.Docker()
+    except (ValueError, OSError, DockerError) as exc:
+        raise RuntimeUnavailable(f"no Docker daemon: {exc}") from exc
+    try:
+        with anyio.fail_after(answer_within):
+            await client.version()
+    except (TimeoutError, OSError, aiohttp.ClientError, DockerError) as exc:
+        await client.close()
+        raise RuntimeUnavailable(f"the Docker daemon does not answer: {exc or 'timeout'}") from exc
+    return client
+
+
+async def call(
+    what: str, fn: Callable[[], Awaitable[T]], *, per_attempt: float = 30.0, attempts: int = 2
+) -> T:
+    """One Docker API call under a deadline, retried on transport faults and 5xx.
+
+    Raises:
+        HarnessError: the daemon did not answer or failed every attempt.
+        DockerError: a 4xx answer (the caller decides what it means).
+    """
+    last = ""
+    for _ in range(attempts):
+        try:
+            with anyio.fail_after(per_attempt):
+                return await fn()
+        except TimeoutError:
+            last = f"no answer within {per_attempt:g}s"
+        except (OSError, aiohttp.ClientError) as exc:
+            last = f"{type(exc).__name__}: {exc}"
+        except DockerError as exc:
+            if exc.status < 500:
+                raise
+            last = f"{exc.status}: {exc.message}"
+    raise HarnessError(f"Docker API {what} failed {attempts} times: {last}")
+
+
+# -- build context -------------------------------------------------------------
+
+
+def _ignore_patterns(folder: Path) -> list[str]:
+    path = folder / ".dockerignore"
+    if not path.is_file():
+        return []
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    return [ln.strip().rstrip("/") for ln in lines if ln.strip() and not ln.startswith("#")]
+
+
+def _context_files(folder: Path) -> Iterator[Path]:
+    patterns = _ignore_patterns(folder)
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if d not in _ALWAYS_IGNORED)
+        for name in sorted(files):
+            path = Path(root) / name
+            rel = path.relative_to(folder).as_posix()
+            if rel == "Dockerfile" or not any(fnmatch(rel, p) for p in patterns):
+                yield path
+
+
+def build_context(folder: Path) -> tuple[bytes, str]:
+    """A reproducible tar of ``folder`` and its sha256: same files, same bytes."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for path in _context_files(folder):
+            info = tar.gettarinfo(str(path), arcname=path.relative_to(folder).as_posix())
+            info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+            info.pax_headers = {}
+            if info.isreg():
+                with open(path, "rb") as fh:
+                    tar.addfile(info, fh)
+            else:
+                tar.addfile(info)
+    data = buffer.getvalue()
+    return data, hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True)
+class DockerImage:
+    tag: str
+    cached: bool
+
+    @property
+    def description(self) -> str:
+        return f"{self.tag}{' (cache hit)' if self.cached else ''}"
+
+
+# -- instances -----------------------------------------------------------------
+
+
+@dataclass
+class DockerInstance:
+    """A running container; its exit is set by the runtime's events watcher."""
+
+    container_id: str
+    name: str
+    port: int
+    host_port: int | None = None
+    pid: int | None = None
+    log_path: Path | None = None
+    _exited: anyio.Event = field(default_factory=anyio.Event)
+    _exit: ExitInfo | None = None
+    logs_done: anyio.Event = field(default_factory=anyio.Event)
+    oom: bool = False
+    stopped: bool = False
+
+    def mark_exited(self, info: ExitInfo) -> None:
+        if self._exit is None:
+            self._exit = info
+            self._exited.set()
+
+    async def wait_listening(self) -> str:
+        assert self.host_port is not None
+        return f"http://127.0.0.1:{self.host_port}"
+
+    async def wait_exit(self) -> ExitInfo:
+        await self._exited.wait()
+        with anyio.move_on_after(0.5):
+            await self.logs_done.wait()  # its last words are the reason a user reads
+        assert self._exit is not None
+        return self._exit
+
+    def diagnose(self) -> str:
+        """Which ports the service listens on, read from its network namespace."""
+        if not self.pid:
+            return ""
+        ports = _listening_ports(self.pid)
+        if ports is None:
+            return ""
+        if not ports:
+            return f"the service never listened on port {self.port}"
+        if self.port not in ports:
+            listed = ", ".join(map(str, sorted(ports)))
+            return f"the service listens on port {listed}, the task expects port {self.port}"
+        return ""
+
+
+def _listening_ports(pid: int) -> set[int] | None:
+    ports: set[int] = set()
+    found = False
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        found = True
+        for line in lines:
+            parts = line.split()
+            if len(parts) > 3 and parts[3] == "0A":  # LISTEN
+                ports.add(int(parts[1].rsplit(":", 1)[1], 16))
+    return ports if found else None
+
+
+# -- the runtime ---------------------------------------------------------------
+
+
+class DockerRuntime:
+    """Runtime running each service in its own locked-down container."""
+
+    name = "docker"
+
+    def __init__(self, cache_dir: Path, api_timeout: float = 30.0) -> None:
+        self.cache_dir = cache_dir
+        self.api_timeout = api_timeout
+        self.owner = owner_id()
+        self.docker: aiodocker.Docker | None = None
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._instances: dict[str, DockerInstance] = {}
+        self._build_locks: dict[str, anyio.Lock] = {}
+        self._events_ready = anyio.Event()
+
+    async def __aenter__(self) -> DockerRuntime:
+        self.docker = await docker_client()
+        try:
+            from ._reaper import reap_docker
+
+            await reap_docker(self.docker)
+            self._tg = anyio.create_task_group()
+            await self._tg.__aenter__()
+            await self._tg.start(self._watch_events)
+        except BaseException:
+            await self.docker.close()
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        assert self._tg is not None and self.docker is not None
+        self._tg.cancel_scope.cancel()
+        try:
+            return await self._tg.__aexit__(exc_type, exc, tb)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self.docker.close()
+
+    async def _api(self, what: str, fn: Callable[[], Awaitable[T]], **kw: Any) -> T:
+        return await call(what, fn, per_attempt=self.api_timeout, **kw)
+
+    # -- events --------------------------------------------------------------
+
+    async def _watch_events(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Follow die/oom events of our containers; resubscribe if the stream breaks."""
+        assert self.docker is not None
+        filters = json.dumps({"type": ["container"], "event": ["die", "oom"],
+                              "label": [f"{OWNER_LABEL}={self.owner}"]})
+        started = False
+        while True:
+            events = DockerEvents(self.docker)
+            subscriber = events.subscribe(create_task=False)
+            async with anyio.create_task_group() as tg:
+
+                async def pump(events: Any = events) -> None:
+                    with contextlib.suppress(OSError, aiohttp.ClientError, DockerError):
+                        await events.run(filters=filters)
+
+                tg.start_soon(pump)
+                if not started:
+                    # The stream is open once the daemon sent its headers; a short
+                    # grace avoids missing the first die of a container started now.
+                    await anyio.sleep(0.2)
+                    task_status.started()
+                    started = True
+                while True:
+                    event = await subscriber.get()
+                    if event is None:
+                        break  # stream ended: reconnect
+                    self._on_event(event)
+                tg.cancel_scope.cancel()
+            await anyio.sleep(0.5)
+
+    def _on_event(self, event: dict[str, Any]) -> None:
+        actor = event.get("Actor") or {}
+        instance = self._instances.get(actor.get("ID") or event.get("id", ""))
+        if instance is None:
+            return
+        action = event.get("Action") or event.get("status")
+        if action == "oom":
+            instance.oom = True
+        elif action == "die":
+            code = int((actor.get("Attributes") or {}).get("exitCode", -1))
+            reason = "oom" if instance.oom else (
+                "stopped" if instance.stopped else f"exited {code}")
+            instance.mark_exited(ExitInfo(code, reason))
+
+    # -- build ---------------------------------------------------------------
+
+    async def build(self, request: BuildRequest) -> Artifact:
+        if not (request.submission / "Dockerfile").is_file():
+            raise BuildFailed(f"{request.submission / 'Dockerfile'}: no Dockerfile in the "
+                              "submission")
+        context, digest = await anyio.to_thread.run_sync(build_context, request.submission)
+        tag = f"{BUILD_REPO}:{digest[:20]}"
+        lock = self._build_locks.setdefault(digest, anyio.Lock())
+        async with lock:
+            if await self._image_exists(tag):
+                await _append(request.log_path, f"{tag}: cache hit, no build step ran\n")
+                self._touch(tag)
+                return DockerImage(tag, cached=True)
+            await _append(request.log_path, f"{tag}: building ({len(context)} bytes)\n")
+            await self._build(context, tag, digest, request.log_path)
+        self._touch(tag)
+        return DockerImage(tag, cached=False)
+
+    async def _image_exists(self, tag: str) -> bool:
+        assert self.docker is not None
+        docker = self.docker
+        try:
+            await self._api(f"inspect image {tag}", lambda: docker.images.inspect(tag))
+        except DockerError as exc:
+            if exc.status == 404:
+                return False
+            raise HarnessError(f"Docker API inspect image {tag}: {exc.message}") from exc
+        return True
+
+    async def _build(self, context: bytes, tag: str, digest: str, log_path: Path) -> None:
+        assert self.docker is not None
+        lines: list[str] = []
+        error = ""
+        try:
+            async with await FileWriteStream.from_path(log_path, append=True) as out:
+                stream = self.docker.images.build(
+                    fileobj=io.BytesIO(context), tag=tag, rm=True, forcerm=True,
+                    labels={CONTEXT_LABEL: digest}, stream=True, encoding="identity",
+                )
+                async for chunk in stream:
+                    text = chunk.get("stream") or ""
+                    if chunk.get("error"):
+                        error = str(chunk.get("error")).strip()
+                        text += f"ERROR: {error}\n"
+                    if text:
+                        await out.send(text.encode())
+                        lines.extend(ln for ln in text.splitlines() if _telling(ln))
+        except DockerError as exc:
+            error = exc.message
+        except (OSError, aiohttp.ClientError) as exc:
+            raise HarnessError(f"Docker build of {tag}: {exc}") from exc
+        if not error:
+            return
+        if _is_missing_base(error):
+            raise HarnessError(
+                f"the base image is missing ({error.strip()}); run `anvil docker bootstrap`")
+        tail = " | ".join(ln.strip() for ln in lines[-5:])
+        raise BuildFailed(f"docker build failed: {error}" + (f" (last lines: {tail})"
+                                                              if tail else ""))
+
+    def _touch(self, tag: str) -> None:
+        """Remember when an image was last used, for `anvil gc --images` (LRU)."""
+        from ._images import touch_image
+
+        touch_image(self.cache_dir, tag)
+
+    # -- start / stop --------------------------------------------------------
+
+    async def start(self, artifact: Artifact, request: StartRequest) -> Instance:
+        assert isinstance(artifact, DockerImage) and self.docker is not None
+        docker = self.docker
+        evaluation = request.labels.get("anvil.evaluation", "x")
+        name = "anvil-" + "".join(c if c.isalnum() or c in "_.-" else "-" for c in evaluation)
+        name += f"-{int(time.time() * 1000) % 10**8}"
+        port_key = f"{request.port}/tcp"
+        memory = request.memory_mb * 1024 * 1024
+        config = {
+            "Image": artifact.tag,
+            "Env": [f"{k}={v}" for k, v in {**request.env, "PORT": str(request.port)}.items()],
+            "Labels": {**request.labels, OWNER_LABEL: self.owner},
+            "ExposedPorts": {port_key: {}},
+            "HostConfig": {
+                "PortBindings": {port_key: [{"HostIp": "127.0.0.1", "HostPort": ""}]},
+                "Memory": memory,
+                "MemorySwap": memory,  # no swap: exceeding the limit is an OOM kill
+                "NanoCpus": int(request.cpus * 1e9),
+                "PidsLimit": request.pids_limit,
+                "SecurityOpt": ["no-new-privileges"],
+                "CapDrop": ["ALL"],
+                "ExtraHosts": ["host.docker.internal:host-gateway"],
+                "LogConfig": {"Type": "json-file",
+                              "Config": {"max-size": "20m", "max-file": "1"}},
+            },
+        }
+        try:
+            container = await self._api(
+                f"create {name}", lambda: docker.containers.create(config, name=name))
+        except DockerError as exc:
+            raise HarnessError(f"Docker API create {name}: {exc.message}") from exc
+        instance = DockerInstance(container.id, name, request.port, log_path=request.log_path)
+        self._instances[container.id] = instance  # before start: a die may follow at once
+        try:
+            await self._api(f"start {name}", container.start)
+            info = await self._api(f"inspect {name}", container.show)
+        except DockerError as exc:
+            raise HarnessError(f"Docker API start {name}: {exc.message}") from exc
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self.stop(instance)
+            raise
+        bindings = (info.get("NetworkSettings", {}).get("Ports") or {}).get(port_key) or []
+        if bindings:
+            instance.host_port = int(bindings[0]["HostPort"])
+        instance.pid = info.get("State", {}).get("Pid") or None
+        state = info.get("State", {})
+        if not state.get("Running") and state.get("Status") in ("exited", "dead"):
+            code = int(state.get("ExitCode", -1))
+            instance.mark_exited(ExitInfo(code, "oom" if state.get("OOMKilled")
+                                          else f"exited {code}"))
+        assert self._tg is not None
+        self._tg.start_soon(self._follow_logs, container, instance, request.log_cap)
+        return instance
+
+    async def _follow_logs(self, container: Any, instance: DockerInstance, cap: int) -> None:
+        assert instance.log_path is not None
+        written = 0
+        with contextlib.suppress(OSError, aiohttp.ClientError, DockerError), \
+                _setting(instance.logs_done):
+            async with await FileWriteStream.from_path(instance.log_path, append=True) as out:
+                async for line in container.log(stdout=True, stderr=True, follow=True):
+                    if written >= cap:
+                        continue
+                    data = line.encode("utf-8", "replace")[: cap - written]
+                    written += len(data)
+                    await out.send(data)
+                    if written >= cap:
+                        await out.send(f"\n[anvil: log capped at {cap} bytes]\n".encode())
+
+    async def stop(self, instance: Instance) -> None:
+        assert isinstance(instance, DockerInstance) and self.docker is not None
+        docker = self.docker
+        instance.stopped = True
+        container = docker.containers.container(instance.container_id)
+        try:
+            await self._api(f"remove {instance.name}",
+                            lambda: container.delete(force=True, v=True))
+        except DockerError as exc:
+            if exc.status != 404:  # already gone is what we wanted
+                raise HarnessError(f"Docker API remove {instance.name}: {exc.message}") from exc
+        instance.mark_exited(ExitInfo(None, "stopped"))
+        self._instances.pop(instance.container_id, None)
+
+
+@contextlib.contextmanager
+def _setting(event: anyio.Event) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        event.set()
+
+
+def _telling(line: str) -> bool:
+    """Build output lines worth quoting in a failure reason."""
+    noise = ("Running in", "Removing intermediate", "--->", "Sending build context")
+    return bool(line.strip()) and not line.strip().startswith(noise)
+
+
+def _is_missing_base(error: str) -> bool:
+    lowered = error.lower()
+    return any(s in lowered for s in ("pull access denied", "manifest unknown",
+                                      "failed to resolve", "no such host",
+                                      "repository does not exist", "dial tcp"))
+
+
+async def _append(path: Path, text: str) -> None:
+    async with await FileWriteStream.from_path(path, append=True) as out:
+        await out.send(text.encode())
