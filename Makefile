@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test lint clean
+.PHONY: run test lint clean docker-base
 
 $(BIN)/anvil: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -20,6 +20,10 @@ test: $(BIN)/anvil
 
 lint: $(BIN)/anvil
 	$(BIN)/ruff check engine tests bench
+
+# The offline Python base image for the docker runtime (needs dockerd and debootstrap).
+docker-base: $(BIN)/anvil
+	$(BIN)/anvil docker bootstrap
 
 clean:
 	rm -rf $(VENV) .anvil

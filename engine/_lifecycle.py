@@ -135,15 +135,20 @@ class Lifecycle:
         return Result(Verdict.ERROR, self.phase, f"internal error: {detail}", items)
 
     @asynccontextmanager
-    async def _enter(self, phase: Phase) -> AsyncIterator[None]:
-        """Publish the phase's start and end; the end is published even on cancel."""
+    async def _enter(self, phase: Phase) -> AsyncIterator[list[str]]:
+        """Publish the phase's start and end; the end is published even on cancel.
+
+        Lines the phase appends to the yielded list become the end event's message.
+        """
         self.phase = phase
         await self.bus.publish(PhaseStarted(evaluation_id=self.ev.evaluation_id, phase=phase))
         started = time.monotonic()
-        ok, message = False, ""
+        ok, notes = False, []
+        message = ""
         try:
-            yield
+            yield notes
             ok = True
+            message = "; ".join(notes)
         except TimeoutError:
             message = f"timed out after {self.ev.task.timeout(phase):g}s"
             raise
@@ -187,8 +192,9 @@ class Lifecycle:
                             cpus=task.config.service.cpus,
                             pids_limit=task.config.service.pids_limit,
                         ))
-                async with self._enter(Phase.HEALTH):
+                async with self._enter(Phase.HEALTH) as health:
                     base_url = await self._healthy(instance)
+                    health.append(f"answered at {base_url}")
                 async with self._enter(Phase.WIRING):
                     with anyio.fail_after(task.timeout(Phase.WIRING)):
                         await self._wire()

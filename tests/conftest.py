@@ -7,6 +7,7 @@ import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import anyio
 import pytest
 
 from engine import (
@@ -19,6 +20,8 @@ from engine import (
     Task,
     load_task,
 )
+from engine._bootstrap import PRIMARY
+from engine._docker import DockerRuntime, docker_client
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "engine" / "fixtures"
@@ -60,15 +63,41 @@ async def run_engine(
     home: Path,
     cache_dir: Path,
     concurrency: int = 4,
+    runtime: str = "process",
     **settings: object,
 ) -> tuple[list[EvaluationFinished], Store, str]:
-    """Run the real engine (process runtime) over ``pairs``; verdicts come in pair order."""
+    """Run the real engine over ``pairs``; verdicts come in pair order."""
     store = Store(f"sqlite:///{home / 'anvil.db'}")
-    async with ProcessRuntime(cache_dir) as runtime:
-        runner = Runner(store, runtime, RunSettings(home=home, concurrency=concurrency,
+    chosen = ProcessRuntime(cache_dir) if runtime == "process" else DockerRuntime(cache_dir)
+    async with chosen as runtime_:
+        runner = Runner(store, runtime_, RunSettings(home=home, concurrency=concurrency,
                                                     **settings))  # type: ignore[arg-type]
         run_id = await runner.start([Planned(t.root, s, t) for t, s in pairs])
         results = await runner.execute(run_id)
     order = {str(s.resolve()): i for i, (_t, s) in enumerate(pairs)}
     results.sort(key=lambda r: order[r.submission])
     return results, store, run_id
+
+
+async def _docker_problem() -> str | None:
+    try:
+        client = await docker_client()
+    except Exception as exc:  # noqa: BLE001 - any reason is a reason to skip
+        return str(exc)
+    try:
+        await client.images.inspect(PRIMARY)
+    except Exception:  # noqa: BLE001
+        return f"no base image {PRIMARY}: run `anvil docker bootstrap`"
+    finally:
+        await client.close()
+    return None
+
+
+@pytest.fixture(scope="session")
+def docker_ready() -> None:
+    """Docker tests run for real in CI (ANVIL_REQUIRE_DOCKER=1) and skip, saying why, elsewhere."""
+    problem = anyio.run(_docker_problem)
+    if problem:
+        if os.environ.get("ANVIL_REQUIRE_DOCKER"):
+            pytest.fail(f"Docker is required here (ANVIL_REQUIRE_DOCKER): {problem}")
+        pytest.skip(f"no Docker: {problem}")
