@@ -37,6 +37,7 @@ from aiodocker.events import DockerEvents
 from aiodocker.exceptions import DockerError
 from anyio.streams.file import FileWriteStream
 
+from ._dockerfile import parse_dockerfile
 from ._errors import BuildFailed, HarnessError, RuntimeUnavailable
 from .types import Artifact, BuildRequest, ExitInfo, Instance, StartRequest
 
@@ -222,9 +223,12 @@ class DockerRuntime:
 
     name = "docker"
 
-    def __init__(self, cache_dir: Path, api_timeout: float = 30.0) -> None:
+    def __init__(
+        self, cache_dir: Path, api_timeout: float = 30.0, layer_cache: bool = True
+    ) -> None:
         self.cache_dir = cache_dir
         self.api_timeout = api_timeout
+        self.layer_cache = layer_cache  # False: Docker reuses no layer (cold-build timing)
         self.owner = owner_id()
         self.docker: aiodocker.Docker | None = None
         self._tg: anyio.abc.TaskGroup | None = None
@@ -318,6 +322,9 @@ class DockerRuntime:
             raise BuildFailed(f"{request.submission / 'Dockerfile'}: no Dockerfile in the "
                               "submission")
         context, digest = await anyio.to_thread.run_sync(build_context, request.submission)
+        # The base image is part of what is built: a re-bootstrapped base is a new build.
+        digest = hashlib.sha256((digest + await self._base_ids(request.submission)).encode()
+                                ).hexdigest()
         tag = f"{BUILD_REPO}:{digest[:20]}"
         lock = self._build_locks.setdefault(digest, anyio.Lock())
         async with lock:
@@ -329,6 +336,26 @@ class DockerRuntime:
             await self._build(context, tag, digest, request.log_path)
         self._touch(tag)
         return DockerImage(tag, cached=False)
+
+    async def _base_ids(self, submission: Path) -> str:
+        """Image ids of the Dockerfile's FROM images that exist locally."""
+        assert self.docker is not None
+        docker = self.docker
+        try:
+            dockerfile = parse_dockerfile(submission / "Dockerfile")
+        except BuildFailed:
+            return ""  # docker build will say what is wrong, in its words
+        ids = []
+        for ins in dockerfile.instructions:
+            if ins.keyword == "FROM" and ins.args.split():
+                image = [w for w in ins.args.split() if not w.startswith("--")][0]
+                try:
+                    info = await self._api(f"inspect {image}",
+                                           lambda i=image: docker.images.inspect(i))
+                    ids.append(str(info.get("Id", "")))
+                except DockerError:
+                    ids.append(image)  # a build stage name or a missing image
+        return ",".join(ids)
 
     async def _image_exists(self, tag: str) -> bool:
         assert self.docker is not None
@@ -349,6 +376,7 @@ class DockerRuntime:
             async with await FileWriteStream.from_path(log_path, append=True) as out:
                 stream = self.docker.images.build(
                     fileobj=io.BytesIO(context), tag=tag, rm=True, forcerm=True,
+                    nocache=not self.layer_cache,
                     labels={CONTEXT_LABEL: digest}, stream=True, encoding="identity",
                 )
                 async for chunk in stream:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import tarfile
 import time
 import tomllib
 from collections.abc import Iterator
@@ -250,3 +253,36 @@ def test_sigint_exits_130_and_leaves_no_container(
     _out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
     assert anvil_containers() == []
+
+
+async def test_a_new_base_image_means_a_new_build(
+    make_submission: MakeSubmission, tmp_path: Path
+) -> None:
+    client = await docker_client()
+
+    async def make_base(label: str) -> None:
+        data = f"FROM python:3.11-slim\nLABEL anvil.test={label}\n".encode()
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            info = tarfile.TarInfo("Dockerfile")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        buf.seek(0)
+        await client.images.build(fileobj=buf, tag="anvil-test-base:1", encoding="identity")
+
+    sub = make_submission("ok")
+    text = (sub / "Dockerfile").read_text().replace("FROM python:3.11-slim",
+                                                    "FROM anvil-test-base:1")
+    (sub / "Dockerfile").write_text(text)
+    try:
+        await make_base("one")
+        async with DockerRuntime(tmp_path / "cache") as runtime:
+            first = await runtime.build(BuildRequest(sub, tmp_path, tmp_path / "1.log"))
+            await make_base("two")
+            second = await runtime.build(BuildRequest(sub, tmp_path, tmp_path / "2.log"))
+        assert isinstance(first, DockerImage) and isinstance(second, DockerImage)
+        assert first.tag != second.tag and not second.cached
+    finally:
+        with contextlib.suppress(Exception):
+            await client.images.delete("anvil-test-base:1", force=True)
+        await client.close()
