@@ -15,11 +15,13 @@ run: $(BIN)/anvil
 	$(BIN)/anvil run tasks/taskboard --submissions examples/taskboard
 
 test: $(BIN)/anvil
-	$(BIN)/ruff check engine tests
+	$(BIN)/ruff check engine tests bench
+	$(BIN)/mypy engine
 	$(BIN)/python -m pytest
 
 lint: $(BIN)/anvil
 	$(BIN)/ruff check engine tests bench
+	$(BIN)/mypy engine
 
 # The offline Python base image for the docker runtime (needs dockerd and debootstrap).
 docker-base: $(BIN)/anvil

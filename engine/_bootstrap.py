@@ -19,6 +19,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -185,4 +186,4 @@ async def _tag_aliases(docker: Any) -> None:
         repo, _, tag = alias.partition(":")
         labels = await _image_labels(docker, alias)
         if labels is None or BASE_LABEL in labels:  # never retag someone else's image
-            await call(f"tag {alias}", lambda r=repo, t=tag: docker.images.tag(PRIMARY, r, tag=t))
+            await call(f"tag {alias}", partial(docker.images.tag, PRIMARY, repo, tag=tag))

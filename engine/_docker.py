@@ -25,6 +25,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from fnmatch import fnmatch
+from functools import partial
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
@@ -278,8 +279,8 @@ class DockerRuntime:
                               "label": [f"{OWNER_LABEL}={self.owner}"]})
         started = False
         while True:
-            events = DockerEvents(self.docker)
-            subscriber = events.subscribe(create_task=False)
+            events = DockerEvents(self.docker)  # type: ignore[no-untyped-call]
+            subscriber = events.subscribe(create_task=False)  # type: ignore[no-untyped-call]
             async with anyio.create_task_group() as tg:
 
                 async def pump(events: Any = events) -> None:
@@ -351,7 +352,7 @@ class DockerRuntime:
                 image = [w for w in ins.args.split() if not w.startswith("--")][0]
                 try:
                     info = await self._api(f"inspect {image}",
-                                           lambda i=image: docker.images.inspect(i))
+                                           partial(docker.images.inspect, image))
                     ids.append(str(info.get("Id", "")))
                 except DockerError:
                     ids.append(image)  # a build stage name or a missing image
@@ -416,7 +417,7 @@ class DockerRuntime:
         name += f"-{int(time.time() * 1000) % 10**8}"
         port_key = f"{request.port}/tcp"
         memory = request.memory_mb * 1024 * 1024
-        config = {
+        config: dict[str, Any] = {
             "Image": artifact.tag,
             "Env": [f"{k}={v}" for k, v in {**request.env, "PORT": str(request.port)}.items()],
             "Labels": {**request.labels, OWNER_LABEL: self.owner},

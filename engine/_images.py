@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +54,7 @@ async def gc_images(docker: Any, cache_dir: Path, budget_bytes: int) -> list[tup
         if total <= budget_bytes:
             break
         with contextlib.suppress(DockerError):
-            await call(f"remove image {tag}", lambda t=tag: docker.images.delete(t))
+            await call(f"remove image {tag}", partial(docker.images.delete, tag))
             removed.append((tag, size))
             total -= size
     return removed

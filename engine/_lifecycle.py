@@ -143,7 +143,7 @@ class Lifecycle:
         self.phase = phase
         await self.bus.publish(PhaseStarted(evaluation_id=self.ev.evaluation_id, phase=phase))
         started = time.monotonic()
-        ok, notes = False, []
+        ok, notes = False, list[str]()
         message = ""
         try:
             yield notes

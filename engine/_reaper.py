@@ -16,6 +16,7 @@ import signal
 import socket
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -137,15 +138,14 @@ async def reap_docker(docker: Any, *, everything: bool = False) -> list[str]:
         labels = container["Labels"] or {}
         if expired(labels):
             with contextlib.suppress(DockerError):
-                await call("remove container",
-                           lambda c=container: c.delete(force=True, v=True))
+                await call("remove container", partial(container.delete, force=True, v=True))
             removed.append((container["Names"] or [container.id])[0].lstrip("/"))
     networks = await call("list networks",
                           lambda: docker.networks.list(filters={"label": [OWNER_LABEL]}))
     for net in networks:
         if expired(net.get("Labels") or {}):
             with contextlib.suppress(DockerError):
-                network = await call("get network", lambda n=net: docker.networks.get(n["Id"]))
+                network = await call("get network", partial(docker.networks.get, net["Id"]))
                 await call("remove network", network.delete)
             removed.append(net["Name"])
     return removed

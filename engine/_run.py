@@ -11,7 +11,7 @@ import secrets
 import shutil
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -35,7 +35,7 @@ from ._store import Store
 from ._task import Task, load_task
 from .types import Runtime, Verdict
 
-Subscriber = Callable[[MemoryObjectReceiveStream[Event]], Awaitable[None]]
+Subscriber = Callable[[MemoryObjectReceiveStream[Event]], Coroutine[Any, Any, None]]
 
 
 @dataclass(frozen=True)

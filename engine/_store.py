@@ -138,9 +138,9 @@ class Store:
                 if row is None:
                     return
                 # A new attempt replaces what an earlier, unfinished one wrote.
-                session.exec(delete(PhaseRecord).where(  # type: ignore[call-overload]
+                session.exec(delete(PhaseRecord).where(
                     col(PhaseRecord.evaluation_id) == ev.evaluation_id))
-                session.exec(delete(ItemRecord).where(  # type: ignore[call-overload]
+                session.exec(delete(ItemRecord).where(
                     col(ItemRecord.evaluation_id) == ev.evaluation_id))
                 row.status, row.attempt = "running", ev.attempt
                 row.started_at = datetime.fromtimestamp(ev.ts, UTC)

@@ -11,6 +11,7 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import TracebackType
 from typing import Protocol, runtime_checkable
 
 
@@ -116,7 +117,12 @@ class Runtime(Protocol):
         """Open the runtime (daemon connection, watchers) for one run."""
         ...
 
-    async def __aexit__(self, *exc_info: object) -> bool | None: ...
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None: ...
 
     async def build(self, request: BuildRequest) -> Artifact: ...
 

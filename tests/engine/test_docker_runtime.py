@@ -271,17 +271,18 @@ async def test_a_new_base_image_means_a_new_build(
         await client.images.build(fileobj=buf, tag="anvil-test-base:1", encoding="identity")
 
     sub = make_submission("ok")
+    (sub / "marker.txt").write_text(str(time.time_ns()))  # a context never built before
     text = (sub / "Dockerfile").read_text().replace("FROM python:3.11-slim",
                                                     "FROM anvil-test-base:1")
     (sub / "Dockerfile").write_text(text)
     try:
-        await make_base("one")
+        await make_base(f"one-{time.time_ns()}")
         async with DockerRuntime(tmp_path / "cache") as runtime:
             first = await runtime.build(BuildRequest(sub, tmp_path, tmp_path / "1.log"))
-            await make_base("two")
+            await make_base(f"two-{time.time_ns()}")
             second = await runtime.build(BuildRequest(sub, tmp_path, tmp_path / "2.log"))
         assert isinstance(first, DockerImage) and isinstance(second, DockerImage)
-        assert first.tag != second.tag and not second.cached
+        assert not first.cached and not second.cached and first.tag != second.tag
     finally:
         with contextlib.suppress(Exception):
             await client.images.delete("anvil-test-base:1", force=True)
