@@ -287,3 +287,31 @@ async def test_a_new_base_image_means_a_new_build(
         with contextlib.suppress(Exception):
             await client.images.delete("anvil-test-base:1", force=True)
         await client.close()
+
+
+async def test_gc_images_removes_least_recently_used_beyond_the_budget(
+    make_submission: MakeSubmission, tmp_path: Path
+) -> None:
+    from engine._images import gc_images, touch_image
+
+    cache = tmp_path / "cache"
+    tags = []
+    async with DockerRuntime(cache) as runtime:
+        for i in range(3):
+            sub = make_submission("ok")
+            (sub / "marker.txt").write_text(f"{i}-{time.time_ns()}")
+            image = await runtime.build(BuildRequest(sub, tmp_path, tmp_path / f"{i}.log"))
+            assert isinstance(image, DockerImage)
+            tags.append(image.tag)
+    touch_image(cache, tags[1])  # used again: tags[0] is now the least recently used
+    touch_image(cache, tags[2])
+    client = await docker_client()
+    try:
+        size = int((await client.images.inspect(tags[2]))["Size"])
+        removed = await gc_images(client, cache, budget_bytes=2 * size)
+        names = [tag for tag, _ in removed]
+        assert tags[0] in names and tags[1] not in names and tags[2] not in names
+        for tag in tags[1:]:
+            await client.images.inspect(tag)  # still there
+    finally:
+        await client.close()
