@@ -63,13 +63,19 @@ class BuildFailed(CandidateFailure):
 
 
 class ServiceExited(CandidateFailure):
-    """The service process or container ended before it became healthy."""
+    """The service process or container ended before the evaluation was done.
+
+    Before it became healthy that is a ``startup`` failure; during the oracle,
+    an ``oracle`` failure.
+    """
 
     phase = Phase.STARTUP
 
-    def __init__(self, reason: str, returncode: int | None = None) -> None:
+    def __init__(
+        self, reason: str, returncode: int | None = None, phase: Phase | None = None
+    ) -> None:
         self.returncode = returncode
-        super().__init__(reason)
+        super().__init__(reason, phase)
 
 
 class ServiceUnhealthy(CandidateFailure):

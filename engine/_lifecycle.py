@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import aiohttp
 import anyio
@@ -34,9 +35,10 @@ from ._events import (
 from ._oracle import ItemResult, run_oracle
 from ._process import tail_lines
 from ._task import Task
-from .types import BuildRequest, Instance, Phase, Runtime, StartRequest, Verdict
+from .types import BuildRequest, ExitInfo, Instance, Phase, Runtime, StartRequest, Verdict
 
 log = logging.getLogger("anvil.engine")
+T = TypeVar("T")
 
 DEFAULT_LOG_CAP = 2 * 1024 * 1024
 
@@ -200,11 +202,12 @@ class Lifecycle:
                         await self._wire()
                 async with self.limits.oracles, self._enter(Phase.ORACLE):
                     with anyio.fail_after(task.timeout(Phase.ORACLE)):
-                        await run_oracle(
+                        # A service that dies mid-oracle fails now, not item by item.
+                        await _until_exit(instance, run_oracle(
                             task.oracle_dir, base_url, ev.workdir,
                             item_timeout=task.config.oracle.item_timeout,
                             on_item=self._on_item, owner_env=ev.owner_env,
-                        )
+                        ), "during the oracle", Phase.ORACLE)
             finally:
                 await self._teardown(instance)
         failed = [i for i in self.items if not i.passed]
@@ -239,11 +242,12 @@ class Lifecycle:
         timeout = self.ev.task.timeout(Phase.HEALTH)
         try:
             with anyio.fail_after(timeout):
-                return await _until_exit(instance, listening_and_answering())
+                return await _until_exit(instance, listening_and_answering(),
+                                         "before it answered")
         except ServiceExited as exc:
             last = tail_lines(self.ev.workdir / "service.log", 1)
             raise ServiceExited(f"{exc.reason}: {last}" if last else exc.reason,
-                                exc.returncode) from None
+                                exc.returncode, Phase.STARTUP) from None
         except TimeoutError:
             why = instance.diagnose() or probe.last
             raise ServiceUnhealthy(f"no HTTP answer within {timeout:g}s: {why}") from None
@@ -271,28 +275,30 @@ class Lifecycle:
                 self.phase = previous
 
 
-async def _until_exit(instance: Instance, work: Awaitable[str]) -> str:
-    """Await ``work`` unless the service exits first; then fail at once with its exit."""
-    result: str | None = None
-    exit_reason: str | None = None
-    code: int | None = None
+async def _until_exit(
+    instance: Instance, work: Awaitable[T], when: str, phase: Phase | None = None
+) -> T:
+    """Await ``work`` unless the service exits first; then fail at once with its exit.
+
+    Raises:
+        ServiceExited: the service ended first (reason e.g. ``service oom {when}``).
+    """
+    outcome: list[T] = []
+    ended: list[ExitInfo] = []
     async with anyio.create_task_group() as tg:
 
         async def watch() -> None:
-            nonlocal exit_reason, code
-            info = await instance.wait_exit()
-            exit_reason, code = info.reason, info.returncode
+            ended.append(await instance.wait_exit())
             tg.cancel_scope.cancel()
 
         tg.start_soon(watch)
         try:
-            result = await work
+            outcome.append(await work)
         finally:
             tg.cancel_scope.cancel()
-    if exit_reason is not None and result is None:
-        raise ServiceExited(f"service {exit_reason} before it answered", code)
-    assert result is not None
-    return result
+    if not outcome and ended:
+        raise ServiceExited(f"service {ended[0].reason} {when}", ended[0].returncode, phase)
+    return outcome[0]
 
 
 class HealthProbe:

@@ -141,7 +141,6 @@ async def run_oracle(
             tg.start_soon(follow)
             code = await process.wait()
             tg.cancel_scope.cancel()
-        await drain()
     finally:
         with anyio.CancelScope(shield=True):
             if process.returncode is None:
@@ -150,6 +149,7 @@ async def run_oracle(
                 except ProcessLookupError:
                     pass
                 await process.wait()
+            await drain()  # even when cancelled: the items that ran are kept
     if collect_errors:
         raise OracleBroken(f"oracle does not collect: {'; '.join(collect_errors)}")
     if code == 5 or (code == 0 and not items):

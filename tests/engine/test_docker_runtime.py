@@ -315,3 +315,13 @@ async def test_gc_images_removes_least_recently_used_beyond_the_budget(
             await client.images.inspect(tag)  # still there
     finally:
         await client.close()
+
+
+async def test_oom_during_the_oracle_fails_it_with_reason_oom(
+    make_submission: MakeSubmission, tmp_path: Path, cache_dir: Path
+) -> None:
+    task = task_with(tmp_path, memory_mb=64)
+    (result,), _, _ = await run_engine([(task, make_submission("oom_on_slow"))], tmp_path,
+                                       cache_dir, runtime="docker")
+    assert (result.verdict, result.phase) == (Verdict.FAIL, Phase.ORACLE)
+    assert result.reason == "service oom during the oracle"

@@ -202,3 +202,13 @@ async def test_cancelled_run_tears_down_every_service(
     rows = store.evaluations(run_id)
     assert {r.status for r in rows} == {"running"} and all(r.verdict is None for r in rows)
     assert store.run(run_id).status == "interrupted"  # type: ignore[union-attr]
+
+
+async def test_service_dying_mid_oracle_fails_the_oracle_at_once(
+    tiny_task: Task, make_submission: MakeSubmission, tmp_path: Path, cache_dir: Path
+) -> None:
+    (result,), _, _ = await run_engine([(tiny_task, make_submission("die_on_slow"))], tmp_path,
+                                       cache_dir)
+    assert (result.verdict, result.phase) == (Verdict.FAIL, Phase.ORACLE)
+    assert result.reason == "service exited 5 during the oracle"
+    assert result.items_passed == 3  # the items before it are kept
