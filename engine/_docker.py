@@ -435,13 +435,17 @@ class DockerRuntime:
                               "Config": {"max-size": "20m", "max-file": "1"}},
             },
         }
-        try:
-            container = await self._api(
-                f"create {name}", lambda: docker.containers.create(config, name=name))
-        except DockerError as exc:
-            raise HarnessError(f"Docker API create {name}: {exc.message}") from exc
-        instance = DockerInstance(container.id, name, request.port, log_path=request.log_path)
-        self._instances[container.id] = instance  # before start: a die may follow at once
+        # Shielded: a container the daemon created while we were being cancelled would
+        # otherwise exist without anyone knowing its id, and leak.
+        with anyio.CancelScope(shield=True):
+            try:
+                container = await self._api(
+                    f"create {name}", lambda: docker.containers.create(config, name=name))
+            except DockerError as exc:
+                raise HarnessError(f"Docker API create {name}: {exc.message}") from exc
+            instance = DockerInstance(container.id, name, request.port,
+                                      log_path=request.log_path)
+            self._instances[container.id] = instance  # before start: a die may follow at once
         try:
             await self._api(f"start {name}", container.start)
             info = await self._api(f"inspect {name}", container.show)

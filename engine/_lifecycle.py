@@ -285,6 +285,7 @@ async def _until_exit(
     """
     outcome: list[T] = []
     ended: list[ExitInfo] = []
+    failed: list[Exception] = []
     async with anyio.create_task_group() as tg:
 
         async def watch() -> None:
@@ -294,8 +295,12 @@ async def _until_exit(
         tg.start_soon(watch)
         try:
             outcome.append(await work)
+        except Exception as exc:  # re-raised below as itself, not in an ExceptionGroup
+            failed.append(exc)
         finally:
             tg.cancel_scope.cancel()
+    if failed:
+        raise failed[0]
     if not outcome and ended:
         raise ServiceExited(f"service {ended[0].reason} {when}", ended[0].returncode, phase)
     return outcome[0]

@@ -391,8 +391,8 @@ class ProcessInstance:
         stream = self.process.stdout
         assert stream is not None
         written = 0
-        async with await FileWriteStream.from_path(self.log_path, append=True) as out:
-            try:
+        try:
+            async with await FileWriteStream.from_path(self.log_path, append=True) as out:
                 async for chunk in stream:
                     if written >= log_cap:
                         continue  # keep draining so a flooding service never blocks
@@ -401,10 +401,10 @@ class ProcessInstance:
                     await out.send(piece)
                     if written >= log_cap:
                         await out.send(f"\n[anvil: log capped at {log_cap} bytes]\n".encode())
-            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-                pass
-            finally:
-                drained.set()
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            pass
+        finally:
+            drained.set()  # after the file is closed: its content is on disk
 
     async def wait_listening(self) -> str:
         while True:

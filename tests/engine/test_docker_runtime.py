@@ -252,7 +252,7 @@ def test_sigint_exits_130_and_leaves_no_container(
     proc.send_signal(signal.SIGINT)
     _out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
-    assert anvil_containers() == []
+    assert anvil_containers() == [], err
 
 
 async def test_a_new_base_image_means_a_new_build(
