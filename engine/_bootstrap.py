@@ -117,6 +117,10 @@ async def _image_labels(docker: Any, tag: str) -> dict[str, str] | None:
     return dict((info.get("Config") or {}).get("Labels") or {})
 
 
+async def has_base_image(docker: Any) -> bool:
+    return await _image_labels(docker, PRIMARY) is not None
+
+
 async def bootstrap(
     docker: Any, *, force: bool = False, say: Callable[[str], None] = print,
     workdir: Path | None = None,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ._bootstrap import PRIMARY, has_base_image
 from ._docker import DockerRuntime, docker_client
 from ._errors import InputError, RuntimeUnavailable
 from ._process import ProcessRuntime
@@ -17,13 +18,17 @@ def cache_dir(home: Path) -> Path:
     return Path(os.environ.get("ANVIL_CACHE") or home / "cache")
 
 
-async def docker_answers() -> str | None:
-    """None when a Docker daemon answers, else why not."""
+async def docker_answers(need_base: bool = False) -> str | None:
+    """None when a Docker daemon answers (and, with ``need_base``, has the base image)."""
     try:
         client = await docker_client()
     except RuntimeUnavailable as exc:
         return str(exc)
-    await client.close()
+    try:
+        if need_base and not await has_base_image(client):
+            return f"Docker answers but has no {PRIMARY} base image: run `anvil docker bootstrap`"
+    finally:
+        await client.close()
     return None
 
 
@@ -43,7 +48,7 @@ async def make_runtime(name: str, home: Path) -> tuple[Runtime, str]:
             raise RuntimeUnavailable(f"--runtime docker: {why}")
         return DockerRuntime(cache), "runtime: docker"
     if name == "auto":
-        why = await docker_answers()
+        why = await docker_answers(need_base=True)
         if why is None:
             return DockerRuntime(cache), "runtime: docker (auto: the Docker daemon answers)"
         return ProcessRuntime(cache), f"runtime: process (auto: {why})"

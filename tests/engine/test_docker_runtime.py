@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tarfile
@@ -325,3 +326,30 @@ async def test_oom_during_the_oracle_fails_it_with_reason_oom(
                                        cache_dir, runtime="docker")
     assert (result.verdict, result.phase) == (Verdict.FAIL, Phase.ORACLE)
     assert result.reason == "service oom during the oracle"
+
+
+async def test_reaper_removes_containers_whose_lease_expired_or_owner_is_gone() -> None:
+    from engine._reaper import reap_docker
+
+    client = await docker_client()
+    host = socket.gethostname()
+    cases = {
+        "expired": {OWNER_LABEL: "elsewhere:1", "anvil.lease": str(int(time.time()) - 5)},
+        "owner-gone": {OWNER_LABEL: f"{host}:999999", "anvil.lease": str(2**40)},
+        "alive": {OWNER_LABEL: f"{host}:{os.getpid()}", "anvil.lease": str(2**40)},
+    }
+    ids = {}
+    try:
+        for name, labels in cases.items():
+            container = await client.containers.create(
+                {"Image": "python:3.11-slim", "Cmd": ["sleep", "60"], "Labels": labels},
+                name=f"anvil-reap-test-{name}-{time.time_ns()}")
+            ids[name] = container.id
+        removed = await reap_docker(client)
+        remaining = {c.id for c in await client.containers.list(all="true")}
+        assert ids["expired"] not in remaining and ids["owner-gone"] not in remaining
+        assert ids["alive"] in remaining
+        assert len([r for r in removed if "reap-test" in r]) == 2
+    finally:
+        await reap_docker(client, everything=True)
+        await client.close()
