@@ -72,7 +72,10 @@ async def docker_client(answer_within: float = 3.0) -> aiodocker.Docker:
             await client.version()
     except (TimeoutError, OSError, aiohttp.ClientError, DockerError) as exc:
         await client.close()
-        raise RuntimeUnavailable(f"the Docker daemon does not answer: {exc or 'timeout'}") from exc
+        where = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+        raise RuntimeUnavailable(
+            f"no Docker daemon answers at {where} (start dockerd; .ci/start-dockerd does)"
+        ) from exc
     return client
 
 
