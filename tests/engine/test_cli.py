@@ -244,3 +244,23 @@ def test_help_explains(command: list[str], tmp_path: Path, cache_dir: Path) -> N
     done = subprocess.run([sys.executable, "-m", "engine", *command], capture_output=True,
                           text=True, env=_env(cache_dir))
     assert done.returncode == 0 and "Usage" in done.stdout
+
+
+def test_backendforge_style_task_runs_with_defaults(
+    make_submission: MakeSubmission, tmp_path: Path, cache_dir: Path
+) -> None:
+    task = tmp_path / "bf-kv"
+    task.mkdir()
+    for name in ("spec.md", "openapi.yaml"):
+        shutil.copy(TINY / name, task / name)
+    shutil.copytree(TINY / "oracle", task / "tests")
+    # BackendForge tests carry no category markers: drop them
+    test_file = task / "tests" / "test_tiny.py"
+    test_file.write_text("\n".join(line for line in test_file.read_text().splitlines()
+                                   if "mark.category" not in line))
+    (task / "tests" / "conftest.py").unlink()
+    done = anvil("run", str(task), "--submissions", str(make_submission("ok")), "--json",
+                 "--runtime", "process", home=tmp_path / "home", cache=cache_dir)
+    assert done.returncode == 0, done.stderr
+    (row,) = [json.loads(line) for line in done.stdout.splitlines()]
+    assert (row["task"], row["verdict"], row["items_passed"]) == ("bf-kv", "pass", 4)
