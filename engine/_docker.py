@@ -40,6 +40,7 @@ from anyio.streams.file import FileWriteStream
 
 from ._dockerfile import parse_dockerfile
 from ._errors import BuildFailed, HarnessError, RuntimeUnavailable
+from ._process import explain_ports
 from .types import Artifact, BuildRequest, ExitInfo, Instance, StartRequest
 
 T = TypeVar("T")
@@ -192,31 +193,27 @@ class DockerInstance:
         """Which ports the service listens on, read from its network namespace."""
         if not self.pid:
             return ""
-        ports = _listening_ports(self.pid)
-        if ports is None:
-            return ""
-        if not ports:
-            return f"the service never listened on port {self.port}"
-        if self.port not in ports:
-            listed = ", ".join(map(str, sorted(ports)))
-            return f"the service listens on port {listed}, the task expects port {self.port}"
-        return ""
+        listening = _listening(self.pid)
+        return "" if listening is None else explain_ports(listening, self.port)
 
 
-def _listening_ports(pid: int) -> set[int] | None:
-    ports: set[int] = set()
-    found = False
+def _listening(pid: int) -> set[tuple[int, bool]] | None:
+    """(port, loopback only) of every listening TCP socket in ``pid``'s network namespace."""
+    found: set[tuple[int, bool]] = set()
+    readable = False
+    loopback = {"tcp": ("0100007F",), "tcp6": ("00000000000000000000000001000000",)}
     for table in ("tcp", "tcp6"):
         try:
             lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
         except OSError:
             continue
-        found = True
+        readable = True
         for line in lines:
             parts = line.split()
             if len(parts) > 3 and parts[3] == "0A":  # LISTEN
-                ports.add(int(parts[1].rsplit(":", 1)[1], 16))
-    return ports if found else None
+                address, port = parts[1].rsplit(":", 1)
+                found.add((int(port, 16), address.upper().startswith(loopback[table])))
+    return found if readable else None
 
 
 # -- the runtime ---------------------------------------------------------------

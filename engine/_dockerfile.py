@@ -52,8 +52,7 @@ class Dockerfile:
                 if ins.keyword == "CMD":
                     cmd = argv
                 else:
-                    entry = argv
-                    cmd = []  # Docker resets CMD when ENTRYPOINT is set after it
+                    entry = argv  # a CMD of this Dockerfile stays (only an inherited one goes)
         argv = entry + cmd
         if not argv:
             raise BuildFailed(f"{self.path}: no CMD or ENTRYPOINT: nothing to run")

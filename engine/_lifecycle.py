@@ -33,8 +33,8 @@ from ._events import (
     PhaseStarted,
 )
 from ._oracle import ItemResult, run_oracle
-from ._process import tail_lines
 from ._task import Task
+from ._venv import tail_lines
 from .types import BuildRequest, ExitInfo, Instance, Phase, Runtime, StartRequest, Verdict
 
 log = logging.getLogger("anvil.engine")

@@ -11,9 +11,6 @@ is no isolation.
 
 from __future__ import annotations
 
-import fcntl
-import glob
-import hashlib
 import os
 import shutil
 import signal
@@ -27,17 +24,13 @@ import anyio
 import anyio.abc
 from anyio.streams.file import FileWriteStream
 
-from ._dockerfile import Instruction, parse_dockerfile, split_shell
-from ._errors import BuildFailed, HarnessError, ServiceExited
+from ._dockerfile import parse_dockerfile
+from ._emulate import BASE_PATH, emulate
+from ._errors import ServiceExited
+from ._venv import VenvCache
 from .types import Artifact, BuildRequest, ExitInfo, Instance, StartRequest
 
 SHIM_DIR = Path(__file__).parent / "_shim"
-_PIP_DROP = {"--no-cache-dir", "--user", "--break-system-packages", "-q", "--quiet", "-U"}
-_PIP_DROP_WITH_VALUE = {"--root-user-action", "--progress-bar"}
-_IGNORED = {"FROM", "EXPOSE", "USER", "LABEL", "ARG", "CMD", "ENTRYPOINT", "HEALTHCHECK",
-            "STOPSIGNAL", "SHELL", "VOLUME", "MAINTAINER"}
-
-
 @dataclass
 class PreparedService:
     """A submission laid out in its root folder with its venv: what ``start`` runs."""
@@ -53,22 +46,6 @@ class PreparedService:
         return f"{' '.join(self.argv)} in {self.workdir}"
 
 
-def _venv_bin(venv: Path | None) -> Path | None:
-    return venv / "bin" if venv else None
-
-
-class _Layout:
-    """Maps container paths of the Dockerfile onto the evaluation's root folder."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.workdir = "/"
-
-    def host(self, container_path: str) -> Path:
-        joined = os.path.normpath(os.path.join(self.workdir, container_path))
-        return self.root / joined.lstrip("/")
-
-
 class ProcessRuntime:
     """Runtime running services as local processes (no isolation, no Docker)."""
 
@@ -76,9 +53,9 @@ class ProcessRuntime:
 
     def __init__(self, cache_dir: Path, python: str = sys.executable) -> None:
         self.cache_dir = cache_dir
-        self.python = python
-        self._locks: dict[str, anyio.Lock] = {}
+        self.venvs = VenvCache(cache_dir, python)
         self._tg: anyio.abc.TaskGroup | None = None
+        self._live: set[ProcessInstance] = set()
 
     async def __aenter__(self) -> ProcessRuntime:
         self._tg = anyio.create_task_group()
@@ -92,8 +69,13 @@ class ProcessRuntime:
         tb: TracebackType | None,
     ) -> bool | None:
         assert self._tg is not None
+        with anyio.CancelScope(shield=True):
+            for instance in list(self._live):  # normally none: teardown stopped them
+                await instance.terminate(grace=0.5)
         self._tg.cancel_scope.cancel()  # instance watchers end with their processes
-        return await self._tg.__aexit__(exc_type, exc, tb)
+        # The body's own exception propagates as itself, not inside an ExceptionGroup.
+        await self._tg.__aexit__(None, None, None)
+        return None
 
     # -- build ---------------------------------------------------------------
 
@@ -103,78 +85,11 @@ class ProcessRuntime:
         if root.exists():
             await anyio.to_thread.run_sync(shutil.rmtree, root)
         root.mkdir(parents=True)
-        layout = _Layout(root)
-        env: dict[str, str] = {}
-        venv: Path | None = None
-        log = request.log_path
-        for ins in dockerfile.instructions:
-            where = f"{dockerfile.path}:{ins.line}"
-            if ins.keyword == "WORKDIR":
-                layout.workdir = os.path.normpath(os.path.join(layout.workdir, ins.args.strip()))
-                layout.host(".").mkdir(parents=True, exist_ok=True)
-            elif ins.keyword in ("COPY", "ADD"):
-                await anyio.to_thread.run_sync(_copy, request.submission, layout, ins, where)
-            elif ins.keyword == "ENV":
-                env.update(_parse_env(ins, where))
-            elif ins.keyword == "RUN":
-                venv = await self._run(ins, layout, where, log) or venv
-            elif ins.keyword not in _IGNORED:
-                raise HarnessError(
-                    f"{where}: the process runtime cannot emulate {ins.keyword}; "
-                    "use --runtime docker"
-                )
-        argv = dockerfile.command()
-        if venv is None:
-            venv = await self._venv([], layout, log, where=str(dockerfile.path))
-        _append(log, f"prepared: {' '.join(argv)} (venv {venv.name})\n")
-        return PreparedService(root, layout.host("."), venv, env, argv)
-
-    async def _run(self, ins: Instruction, layout: _Layout, where: str, log: Path) -> Path | None:
-        """Emulate one RUN line: ``pip install`` and ``mkdir`` parts, nothing else."""
-        argv = ins.exec_form()
-        command = " ".join(argv) if argv else ins.args
-        venv = None
-        for part in command.split("&&"):
-            words = split_shell(part, where)
-            if not words:
-                continue
-            pip_args = _pip_install_args(words)
-            if pip_args is not None:
-                if pip_args == ["pip"] or pip_args == ["--upgrade", "pip"]:
-                    continue  # upgrading pip itself changes nothing we run
-                venv = await self._venv(pip_args, layout, log, where)
-            elif words[0] == "mkdir":
-                for target in (w for w in words[1:] if not w.startswith("-")):
-                    layout.host(target).mkdir(parents=True, exist_ok=True)
-            else:
-                raise HarnessError(
-                    f"{where}: the process runtime only emulates `RUN pip install` and "
-                    f"`RUN mkdir`, not `{part.strip()}`; use --runtime docker"
-                )
-        return venv
-
-    async def _venv(self, pip_args: list[str], layout: _Layout, log: Path, where: str) -> Path:
-        """The venv for ``pip_args``, built once per distinct hash, shared by all."""
-        digest = hashlib.sha256(f"{self.python}\0{sys.version}".encode())
-        for i, arg in enumerate(pip_args):
-            digest.update(arg.encode() + b"\0")
-            if i > 0 and pip_args[i - 1] in ("-r", "--requirement", "-c", "--constraint"):
-                req = layout.host(arg)
-                if not req.is_file():
-                    raise BuildFailed(f"{where}: requirements file {arg} not found in the image")
-                digest.update(req.read_bytes())
-        key = digest.hexdigest()[:16]
-        venv = self.cache_dir / "venvs" / key
-        lock = self._locks.setdefault(key, anyio.Lock())
-        async with lock:  # one build per hash in this process; flock below across processes
-            if (venv / ".anvil-complete").exists():
-                _append(log, f"venv {key}: cache hit\n")
-                return venv
-            await anyio.to_thread.run_sync(
-                _build_venv, self.python, venv, pip_args, layout.host("."), log, where,
-                abandon_on_cancel=False,
-            )
-        return venv
+        plan = await anyio.to_thread.run_sync(emulate, dockerfile, request.submission, root)
+        venv = await self.venvs.get(plan.pip_steps, request.log_path, str(dockerfile.path))
+        async with await anyio.open_file(request.log_path, "a") as log:
+            await log.write(f"prepared: {' '.join(plan.argv)} (venv {venv.name})\n")
+        return PreparedService(root, plan.workdir, venv, plan.env, plan.argv)
 
     # -- start / stop --------------------------------------------------------
 
@@ -183,18 +98,17 @@ class ProcessRuntime:
         assert self._tg is not None, "use the runtime as an async context manager"
         report = request.workdir / "binds.txt"
         report.unlink(missing_ok=True)
-        bin_dir = _venv_bin(artifact.venv)
-        path = os.pathsep.join(
-            p for p in (str(bin_dir) if bin_dir else "", "/usr/local/bin", "/usr/bin", "/bin") if p
-        )
+        # The venv first, then the Dockerfile's PATH (container paths already mapped).
+        path = [str(artifact.venv / "bin")] if artifact.venv else []
+        path += artifact.env.get("PATH", BASE_PATH).split(os.pathsep)
         env = {
-            "PATH": path,
             "HOME": str(request.workdir),
             "LANG": "C.UTF-8",
             "PYTHONUNBUFFERED": "1",
             "PORT": str(request.port),
             **artifact.env,
             **request.env,
+            "PATH": os.pathsep.join(dict.fromkeys(p for p in path if p)),
             "PYTHONPATH": os.pathsep.join(
                 p for p in (str(SHIM_DIR), artifact.env.get("PYTHONPATH", "")) if p
             ),
@@ -203,164 +117,66 @@ class ProcessRuntime:
         }
         if artifact.venv:
             env["VIRTUAL_ENV"] = str(artifact.venv)
-        argv = [_map_arg(a, artifact) for a in artifact.argv]
-        try:
-            process = await anyio.open_process(
-                argv,
-                cwd=artifact.workdir,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        except OSError as exc:
-            raise ServiceExited(f"cannot run CMD {argv[0]!r}: {exc.strerror or exc}") from exc
-        instance = ProcessInstance(process, report, request.port, request.log_path)
-        await self._tg.start(instance.watch, request.log_cap)
+        argv = [_venv_program(a, artifact.venv) for a in artifact.argv]
+        # Shielded: a process spawned while we are cancelled must still be known to stop.
+        with anyio.CancelScope(shield=True):
+            try:
+                process = await anyio.open_process(
+                    argv,
+                    cwd=artifact.workdir,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            except OSError as exc:
+                raise ServiceExited(f"cannot run CMD {argv[0]!r}: {exc.strerror or exc}") from exc
+            instance = ProcessInstance(process, report, request.port, request.log_path)
+            self._live.add(instance)
+            await self._tg.start(instance.watch, request.log_cap)
         return instance
 
     async def stop(self, instance: Instance) -> None:
         assert isinstance(instance, ProcessInstance)
         await instance.terminate()
+        self._live.discard(instance)
 
 
-def _pip_install_args(words: list[str]) -> list[str] | None:
-    """The arguments after ``pip install`` (any spelling), or None if not pip install."""
-    i = 0
-    if words[0] in ("python", "python3") or words[0].startswith(("python3.", "/usr/")):
-        if words[1:3] == ["-m", "pip"]:
-            i = 3
-        elif os.path.basename(words[0]) in ("pip", "pip3"):
-            i = 1
-        else:
-            return None
-    elif os.path.basename(words[0]) in ("pip", "pip3"):
-        i = 1
-    else:
-        return None
-    if words[i : i + 1] != ["install"]:
-        return None
-    args: list[str] = []
-    skip = False
-    for word in words[i + 1 :]:
-        if skip:
-            skip = False
-        elif word in _PIP_DROP_WITH_VALUE:
-            skip = True
-        elif word not in _PIP_DROP and not word.startswith("--root-user-action="):
-            args.append(word)
-    return args
-
-
-def _build_venv(
-    python: str, venv: Path, pip_args: list[str], cwd: Path, log: Path, where: str
-) -> None:
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    with open(venv.parent / f"{venv.name}.lock", "w") as lock_file:
-        fcntl.flock(lock_file, fcntl.LOCK_EX)  # another anvil process may build it
-        try:
-            if (venv / ".anvil-complete").exists():
-                _append(log, f"venv {venv.name}: cache hit\n")
-                return
-            shutil.rmtree(venv, ignore_errors=True)
-            _append(log, f"venv {venv.name}: creating, pip install {' '.join(pip_args)}\n")
-            # A venv without pip, filled by our own pip: much faster than ensurepip.
-            _check(log, where, "python -m venv", [python, "-m", "venv", "--without-pip", str(venv)],
-                   cwd)
-            if pip_args:
-                _check(
-                    log, where, "pip install",
-                    [python, "-m", "pip", "--python", str(venv / "bin" / "python"),
-                     "install", "--disable-pip-version-check", *pip_args],
-                    cwd,
-                )
-            (venv / ".anvil-complete").touch()
-        except BaseException:
-            shutil.rmtree(venv, ignore_errors=True)
-            raise
-        finally:
-            fcntl.flock(lock_file, fcntl.LOCK_UN)
-
-
-def _check(log: Path, where: str, label: str, argv: list[str], cwd: Path) -> None:
-    with open(log, "ab") as out:
-        done = subprocess.run(argv, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, check=False)
-    if done.returncode != 0:
-        tail = _tail(log, 6)
-        raise BuildFailed(f"{where}: `{label}` failed ({done.returncode}): {tail}")
-
-
-def _tail(path: Path, lines: int) -> str:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return ""
-    return " | ".join(line.strip() for line in text.strip().splitlines()[-lines:])
-
-
-def _append(path: Path, text: str) -> None:
-    with open(path, "a", encoding="utf-8") as fh:
-        fh.write(text)
-
-
-def _parse_env(ins: Instruction, where: str) -> dict[str, str]:
-    words = split_shell(ins.args, where)
-    if words and all("=" in w for w in words):
-        return dict(w.split("=", 1) for w in words)
-    if len(words) >= 2:  # legacy form: ENV KEY value with spaces
-        key, _, value = ins.args.strip().partition(" ")
-        return {key: value.strip()}
-    raise BuildFailed(f"{where}: ENV needs KEY=value")
-
-
-def _copy(context: Path, layout: _Layout, ins: Instruction, where: str) -> None:
-    words = ins.exec_form() or split_shell(ins.args, where)
-    words = [w for w in words if not w.startswith("--")]  # --chown, --chmod: no meaning here
-    if len(words) < 2:
-        raise BuildFailed(f"{where}: {ins.keyword} needs a source and a destination")
-    *sources, dest = words
-    if any(s.startswith(("http://", "https://")) for s in sources):
-        raise HarnessError(f"{where}: the process runtime cannot fetch URLs in {ins.keyword}")
-    context = context.resolve()
-    matches: list[Path] = []
-    for source in sources:
-        found = sorted(glob.glob(str(context / source)))
-        if not found:
-            raise BuildFailed(f"{where}: COPY failed: {source} not found in the build context")
-        for item in map(Path, found):
-            if not item.resolve().is_relative_to(context):
-                raise BuildFailed(f"{where}: COPY failed: {source} is outside the build context")
-            matches.append(item)
-    target = layout.host(dest)
-    into_dir = dest.endswith("/") or dest in (".", "./") or len(matches) > 1 or target.is_dir()
-    for item in matches:
-        if item.is_dir():
-            shutil.copytree(item, target, dirs_exist_ok=True, ignore=_ignore_junk)
-        else:
-            out = target / item.name if into_dir else target
-            out.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(item, out)
-
-
-def _ignore_junk(_dir: str, names: list[str]) -> set[str]:
-    return {n for n in names if n in ("__pycache__", ".git", ".venv", "node_modules")}
-
-
-def _map_arg(arg: str, artifact: PreparedService) -> str:
-    """Map absolute container paths in CMD onto the root folder or the venv."""
-    if not arg.startswith("/") or arg.startswith("/bin/sh"):
-        return arg
-    inside = artifact.root / arg.lstrip("/")
-    if inside.exists():
-        return str(inside)
-    bin_dir = _venv_bin(artifact.venv)
-    if bin_dir and (bin_dir / os.path.basename(arg)).exists():
-        return str(bin_dir / os.path.basename(arg))
+def _venv_program(arg: str, venv: Path | None) -> str:
+    """``/usr/local/bin/uvicorn`` in CMD means the venv's uvicorn here."""
+    if venv and arg.startswith(("/usr/local/bin/", "/usr/bin/")):
+        candidate = venv / "bin" / os.path.basename(arg)
+        if candidate.exists():
+            return str(candidate)
     return arg
 
 
-@dataclass
+@dataclass(frozen=True)
+class Bind:
+    """One TCP bind a service made, as the shim reported it."""
+
+    asked: int
+    real: int
+    family: str
+    loopback: bool
+
+
+def explain_ports(listening: set[tuple[int, bool]], port: int) -> str:
+    """Why nothing answers on ``port``, from the (port, loopback only) pairs listened on."""
+    if not listening:
+        return f"the service never listened on port {port}"
+    if (port, True) in listening and (port, False) not in listening:
+        return (f"the service listens on 127.0.0.1:{port} only; it must listen on 0.0.0.0 "
+                "to be reachable from outside its container")
+    other = sorted({p for p, _lo in listening if p != port})
+    if other and (port, False) not in listening:
+        ports = ", ".join(map(str, other))
+        return f"the service listens on port {ports}, the task expects port {port}"
+    return ""
+
+
+@dataclass(eq=False)
 class ProcessInstance:
     """A service process (the leader of its own process group)."""
 
@@ -403,6 +219,11 @@ class ProcessInstance:
                         await out.send(f"\n[anvil: log capped at {log_cap} bytes]\n".encode())
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             pass
+        except OSError:
+            # The log cannot be written (disk full): keep draining so the service runs on;
+            # one broken log must not take the run down.
+            async for _chunk in stream:
+                pass
         finally:
             drained.set()  # after the file is closed: its content is on disk
 
@@ -414,16 +235,13 @@ class ProcessInstance:
             await anyio.sleep(0.05)
 
     def _url(self) -> str | None:
-        binds = self._binds()
-        for asked, real, family in binds:
-            if asked == self.port and family == "4":
-                return f"http://127.0.0.1:{real}"
-        for asked, real, _family in binds:
-            if asked == self.port:
-                return f"http://[::1]:{real}"
+        reachable = [b for b in self._binds() if b.asked == self.port and not b.loopback]
+        for bind in sorted(reachable, key=lambda b: b.family):  # IPv4 first
+            host = "127.0.0.1" if bind.family == "4" else "[::1]"
+            return f"http://{host}:{bind.real}"
         return None
 
-    def _binds(self) -> list[tuple[int, int, str]]:
+    def _binds(self) -> list[Bind]:
         try:
             text = self.bind_report.read_text(encoding="ascii")
         except OSError:
@@ -431,8 +249,8 @@ class ProcessInstance:
         result = []
         for line in text.splitlines():
             parts = line.split()
-            if len(parts) == 3 and parts[0].isdigit() and parts[1].isdigit():
-                result.append((int(parts[0]), int(parts[1]), parts[2]))
+            if len(parts) == 4 and parts[0].isdigit() and parts[1].isdigit():
+                result.append(Bind(int(parts[0]), int(parts[1]), parts[2], parts[3] == "lo"))
         return result
 
     async def wait_exit(self) -> ExitInfo:
@@ -441,13 +259,9 @@ class ProcessInstance:
         return self._exit
 
     def diagnose(self) -> str:
-        other = sorted({asked for asked, _real, _fam in self._binds() if asked != self.port})
-        if other and not self._url():
-            ports = ", ".join(map(str, other))
-            return f"the service listens on port {ports}, the task expects port {self.port}"
-        if not self._binds():
-            return f"the service never listened on port {self.port}"
-        return ""
+        if self._url():
+            return ""
+        return explain_ports({(b.asked, b.loopback) for b in self._binds()}, self.port)
 
     async def terminate(self, grace: float = 3.0) -> None:
         """SIGTERM the whole process group, SIGKILL what is left after ``grace``."""
@@ -474,10 +288,5 @@ def _describe_exit(code: int) -> str:
         except ValueError:
             return f"killed by signal {-code}"
     return f"exited {code}"
-
-
-def tail_lines(path: Path, lines: int = 5) -> str:
-    """The last lines of a log, joined on one line, for failure reasons."""
-    return _tail(path, lines)
 
 

@@ -353,3 +353,18 @@ async def test_reaper_removes_containers_whose_lease_expired_or_owner_is_gone() 
     finally:
         await reap_docker(client, everything=True)
         await client.close()
+
+
+@pytest.mark.parametrize(("mode", "reason"), [
+    ("loopback", "listens on 127.0.0.1:8000 only"),
+    ("wrong_port", "listens on port 8080"),
+    ("silent", "never listened on port 8000"),
+])
+async def test_unreachable_service_is_explained_as_with_the_process_runtime(
+    mode: str, reason: str, tiny_task: Task, make_submission: MakeSubmission, tmp_path: Path,
+    cache_dir: Path,
+) -> None:
+    (result,), _, _ = await run_engine([(tiny_task, make_submission(mode))], tmp_path,
+                                       cache_dir, runtime="docker")
+    assert (result.verdict, result.phase) == (Verdict.FAIL, Phase.HEALTH)
+    assert reason in result.reason

@@ -41,6 +41,7 @@ async def test_passing_submission_gets_pass_with_every_item(
         ("crash", Phase.STARTUP, "exited 3"),
         ("silent", Phase.HEALTH, "never listened on port 8000"),
         ("wrong_port", Phase.HEALTH, "listens on port 8080"),
+        ("loopback", Phase.HEALTH, "listens on 127.0.0.1:8000 only"),
     ],
 )
 async def test_service_failures_fail_at_their_phase(

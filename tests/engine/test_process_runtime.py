@@ -9,6 +9,7 @@ import anyio
 import pytest
 
 from engine import BuildFailed, HarnessError, Phase, PhaseStarted, ProcessRuntime, Verdict
+from engine._emulate import BASE_PATH
 from engine._process import PreparedService
 from engine.types import BuildRequest
 from tests.conftest import MakeSubmission, run_engine
@@ -24,9 +25,9 @@ async def test_ten_services_hard_coding_port_8000_run_at_once(
     # They really ran side by side: ten distinct loopback ports were bound for 8000.
     ports = set()
     for binds in (tmp_path / "runs").glob("*/*/binds.txt"):
-        (line,) = [ln for ln in binds.read_text().split("\n") if ln.endswith(" 4")]
-        asked, real, _ = line.split()
-        assert asked == "8000"
+        (line,) = [ln for ln in binds.read_text().splitlines() if ln.split()[2] == "4"]
+        asked, real, _family, scope = line.split()
+        assert (asked, scope) == ("8000", "any")
         ports.add(real)
     assert len(ports) == 10
 
@@ -135,8 +136,8 @@ async def test_dockerfile_subset_is_emulated(make_submission: MakeSubmission,
     assert (art.workdir / "server.py").is_file()
     assert (tmp_path / "root" / "etc" / "svc" / "a.txt").read_text() == "a"
     assert (tmp_path / "root" / "data").is_dir()
-    assert art.env == {"A": "1", "B": "two words", "LEGACY": "some value"}
-    assert art.argv == ["python", "/srv/app/server.py"]
+    assert art.env == {"PATH": BASE_PATH, "A": "1", "B": "two words", "LEGACY": "some value"}
+    assert art.argv == ["python", str(tmp_path / "root" / "srv" / "app" / "server.py")]
 
 
 async def test_exit_of_a_started_service_is_seen_at_once(
