@@ -152,7 +152,11 @@ async def bootstrap(
         await anyio.to_thread.run_sync(prepare_rootfs, root)
         say("packing the root filesystem")
         rootfs_tar = Path(tmp) / "rootfs.tar"
-        await anyio.run_process(["tar", "-C", str(root), "-cf", str(rootfs_tar), "."])
+        packed = await anyio.run_process(["tar", "-C", str(root), "-cf", str(rootfs_tar), "."],
+                                         check=False, stderr=subprocess.STDOUT)
+        if packed.returncode != 0:
+            raise HarnessError(f"tar of the root filesystem failed: "
+                               f"{packed.stdout.decode(errors='replace')[-500:]}")
         context = Path(tmp) / "context.tar"
         await anyio.to_thread.run_sync(_context, rootfs_tar, context)
         say(f"importing as {PRIMARY}")

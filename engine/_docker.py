@@ -39,7 +39,7 @@ from aiodocker.exceptions import DockerError
 from anyio.streams.file import FileWriteStream
 
 from ._dockerfile import parse_dockerfile
-from ._errors import BuildFailed, HarnessError, RuntimeUnavailable
+from ._errors import BuildFailed, HarnessError, RuntimeUnavailable, ServiceExited
 from ._process import explain_ports
 from .types import Artifact, BuildRequest, ExitInfo, Instance, StartRequest
 
@@ -179,7 +179,10 @@ class DockerInstance:
             self._exited.set()
 
     async def wait_listening(self) -> str:
-        assert self.host_port is not None
+        if self.host_port is None:
+            # No published port: the container is already gone. Its exit, seen by the
+            # caller's watcher, is the answer.
+            await anyio.sleep_forever()
         return f"http://127.0.0.1:{self.host_port}"
 
     async def wait_exit(self) -> ExitInfo:
@@ -243,11 +246,16 @@ class DockerRuntime:
             from ._reaper import reap_docker
 
             await reap_docker(self.docker)
-            self._tg = anyio.create_task_group()
-            await self._tg.__aenter__()
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self.docker.close()
+            raise
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        try:
             await self._tg.start(self._watch_events)
         except BaseException:
-            await self.docker.close()
+            await self.__aexit__(None, None, None)
             raise
         return self
 
@@ -260,10 +268,12 @@ class DockerRuntime:
         assert self._tg is not None and self.docker is not None
         self._tg.cancel_scope.cancel()
         try:
-            return await self._tg.__aexit__(exc_type, exc, tb)
+            # The body's own exception propagates as itself, not inside an ExceptionGroup.
+            await self._tg.__aexit__(None, None, None)
         finally:
             with anyio.CancelScope(shield=True):
                 await self.docker.close()
+        return None
 
     async def _api(self, what: str, fn: Callable[[], Awaitable[T]], **kw: Any) -> T:
         return await call(what, fn, per_attempt=self.api_timeout, **kw)
@@ -278,14 +288,18 @@ class DockerRuntime:
         filters = json.dumps({"type": ["container"], "event": ["die", "oom"],
                               "label": [f"{OWNER_LABEL}={self.owner}"]})
         started = False
+        since: str | None = None
         while True:
             events = DockerEvents(self.docker)  # type: ignore[no-untyped-call]
             subscriber = events.subscribe(create_task=False)  # type: ignore[no-untyped-call]
             async with anyio.create_task_group() as tg:
 
-                async def pump(events: Any = events) -> None:
+                # After a reconnect, replay what happened while we were away.
+                params = {"filters": filters, **({"since": since} if since else {})}
+
+                async def pump(events: Any = events, params: dict[str, str] = params) -> None:
                     with contextlib.suppress(OSError, aiohttp.ClientError, DockerError):
-                        await events.run(filters=filters)
+                        await events.run(**params)
 
                 tg.start_soon(pump)
                 if not started:
@@ -298,6 +312,8 @@ class DockerRuntime:
                     event = await subscriber.get()
                     if event is None:
                         break  # stream ended: reconnect
+                    if event.get("timeNano"):
+                        since = f"{int(event['timeNano']) / 1e9:.9f}"
                     self._on_event(event)
                 tg.cancel_scope.cancel()
             await anyio.sleep(0.5)
@@ -389,6 +405,8 @@ class DockerRuntime:
                         await out.send(text.encode())
                         lines.extend(ln for ln in text.splitlines() if _telling(ln))
         except DockerError as exc:
+            if exc.status >= 500:
+                raise HarnessError(f"Docker build of {tag}: {exc.status} {exc.message}") from exc
             error = exc.message
         except (OSError, aiohttp.ClientError) as exc:
             raise HarnessError(f"Docker build of {tag}: {exc}") from exc
@@ -397,6 +415,8 @@ class DockerRuntime:
         if _is_missing_base(error):
             raise HarnessError(
                 f"the base image is missing ({error.strip()}); run `anvil docker bootstrap`")
+        if "no space left on device" in error.lower():
+            raise HarnessError(f"Docker build of {tag}: the machine is out of disk: {error}")
         tail = " | ".join(ln.strip() for ln in lines[-5:])
         raise BuildFailed(f"docker build failed: {error}" + (f" (last lines: {tail})"
                                                               if tail else ""))
@@ -439,18 +459,25 @@ class DockerRuntime:
         # otherwise exist without anyone knowing its id, and leak.
         with anyio.CancelScope(shield=True):
             try:
+                # One attempt: a retry after a timeout could orphan the first container.
                 container = await self._api(
-                    f"create {name}", lambda: docker.containers.create(config, name=name))
+                    f"create {name}", lambda: docker.containers.create(config, name=name),
+                    attempts=1)
             except DockerError as exc:
                 raise HarnessError(f"Docker API create {name}: {exc.message}") from exc
             instance = DockerInstance(container.id, name, request.port,
                                       log_path=request.log_path)
             self._instances[container.id] = instance  # before start: a die may follow at once
         try:
-            await self._api(f"start {name}", container.start)
-            info = await self._api(f"inspect {name}", container.show)
-        except DockerError as exc:
-            raise HarnessError(f"Docker API start {name}: {exc.message}") from exc
+            try:
+                await self._api(f"start {name}", container.start)
+            except DockerError as exc:
+                # 4xx at start is the image's fault, e.g. a CMD that is not executable.
+                raise ServiceExited(f"cannot start: {exc.message}") from exc
+            try:
+                info = await self._api(f"inspect {name}", container.show)
+            except DockerError as exc:
+                raise HarnessError(f"Docker API inspect {name}: {exc.message}") from exc
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await self.stop(instance)

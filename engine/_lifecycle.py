@@ -102,13 +102,13 @@ class Lifecycle:
     async def run(self, attempt: int = 1, *, final: bool = True) -> EvaluationFinished:
         """Run every phase; return (and publish) the verdict. Cancellation propagates."""
         ev = self.ev
-        ev.workdir.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
         await self.bus.publish(EvaluationStarted(
             run_id=ev.run_id, evaluation_id=ev.evaluation_id, task=ev.task.id,
             submission=str(ev.submission), attempt=attempt,
         ))
         try:
+            ev.workdir.mkdir(parents=True, exist_ok=True)
             result = await self._phases()
         except Exception as exc:  # noqa: BLE001 - every failure becomes a verdict here
             result = self._verdict_for(exc)
@@ -118,7 +118,8 @@ class Lifecycle:
             reason=result.reason, items=result.items, duration_s=time.monotonic() - started,
             attempt=attempt, final=final or result.verdict is not Verdict.ERROR,
         )
-        await self.bus.publish(finished)
+        with anyio.CancelScope(shield=True):  # a verdict reached is never lost to a cancel
+            await self.bus.publish(finished)
         return finished
 
     def _verdict_for(self, exc: Exception) -> Result:

@@ -22,6 +22,8 @@ from typing import Any
 
 from aiodocker.exceptions import DockerError
 
+from ._errors import HarnessError
+
 OWNER_VAR = "ANVIL_OWNER_PID"
 RUN_VAR = "ANVIL_RUN"
 
@@ -132,16 +134,19 @@ async def reap_docker(docker: Any, *, everything: bool = False) -> list[str]:
         return gone or lease < now
 
     label_filter = json.dumps({"label": [OWNER_LABEL]})
-    containers = await call("list containers",
-                            lambda: docker.containers.list(all="true", filters=label_filter))
+    try:
+        containers = await call("list containers",
+                                lambda: docker.containers.list(all="true", filters=label_filter))
+        networks = await call("list networks",
+                              lambda: docker.networks.list(filters={"label": [OWNER_LABEL]}))
+    except DockerError as exc:
+        raise HarnessError(f"Docker API list: {exc.message}") from exc
     for container in containers:
         labels = container["Labels"] or {}
         if expired(labels):
             with contextlib.suppress(DockerError):
                 await call("remove container", partial(container.delete, force=True, v=True))
             removed.append((container["Names"] or [container.id])[0].lstrip("/"))
-    networks = await call("list networks",
-                          lambda: docker.networks.list(filters={"label": [OWNER_LABEL]}))
     for net in networks:
         if expired(net.get("Labels") or {}):
             with contextlib.suppress(DockerError):

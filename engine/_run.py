@@ -7,8 +7,10 @@ outer task group so they see every event, even when the run is cancelled.
 
 from __future__ import annotations
 
+import logging
 import secrets
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Coroutine, Sequence
@@ -20,7 +22,7 @@ from typing import Any
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from ._errors import InputError, TaskFormatError
+from ._errors import HarnessError, InputError, TaskFormatError
 from ._events import (
     EvaluationFinished,
     Event,
@@ -34,6 +36,8 @@ from ._reaper import owner_env
 from ._store import Store
 from ._task import Task, load_task
 from .types import Runtime, Verdict
+
+log = logging.getLogger("anvil.engine")
 
 Subscriber = Callable[[MemoryObjectReceiveStream[Event]], Coroutine[Any, Any, None]]
 
@@ -96,7 +100,10 @@ def plan(task_paths: Sequence[Path], submissions: Path) -> tuple[list[Planned], 
         if not found:
             problems.append(f"{base}: no submissions (no Dockerfile, no subfolders)")
         for sub in found:
-            planned.append(Planned(path.resolve(), sub.resolve(), task, problem))
+            pair = Planned(path.resolve(), sub.resolve(), task, problem)
+            if all((p.task_path, p.submission) != (pair.task_path, pair.submission)
+                   for p in planned):  # a task named twice is evaluated once
+                planned.append(pair)
     return planned, problems
 
 
@@ -189,9 +196,10 @@ class Runner:
                             tg.start_soon(self._evaluate, run_id, evaluation_id, planned,
                                           workdir, limits)
             finally:
+                crashed = sys.exc_info()[0] is not None  # resumable like an interruption
                 with anyio.CancelScope(shield=True):
                     await self.bus.publish(RunFinished(
-                        run_id=run_id, interrupted=self.interrupted,
+                        run_id=run_id, interrupted=self.interrupted or crashed,
                         duration_s=time.monotonic() - started,
                     ))
                     self.bus.close()
@@ -217,7 +225,17 @@ class Runner:
         attempts = 1 + self.settings.retries
         for attempt in range(1, attempts + 1):
             lifecycle = Lifecycle(evaluation, self.runtime, self.bus, limits, self.settings.log_cap)
-            finished = await lifecycle.run(attempt, final=attempt == attempts)
+            try:
+                finished = await lifecycle.run(attempt, final=attempt == attempts)
+            except Exception as exc:  # noqa: BLE001 - one evaluation never takes the run down
+                log.exception("evaluation %s crashed", evaluation_id)
+                finished = EvaluationFinished(
+                    run_id=run_id, evaluation_id=evaluation_id, task=planned.task_id,
+                    submission=str(planned.submission), verdict=Verdict.ERROR, phase=None,
+                    reason=f"internal error: {exc!r}", items=(), duration_s=0.0,
+                    attempt=attempt, final=True)
+                with anyio.CancelScope(shield=True):
+                    await self.bus.publish(finished)
             if finished.final:
                 self.results.append(finished)
                 return
@@ -226,7 +244,11 @@ class Runner:
         writer = anyio.CapacityLimiter(1)
         async with stream:
             async for event in stream:
-                await anyio.to_thread.run_sync(self.store.apply, event, limiter=writer)
+                try:
+                    await anyio.to_thread.run_sync(self.store.apply, event, limiter=writer)
+                except HarnessError as exc:
+                    # The event log still has it; the run goes on.
+                    log.error("store: %s", exc)
 
 
 def _slug(position: int, planned: Planned) -> str:
@@ -239,12 +261,15 @@ async def evaluate_once(
 ) -> EvaluationFinished:
     """One evaluation outside any recorded run (self-verify, task checks): scratch store."""
     scratch = Path(tempfile.mkdtemp(prefix="anvil-once-", dir=cache_home))
+    store = Store(f"sqlite:///{scratch / 'once.db'}")
     try:
-        store = Store(f"sqlite:///{scratch / 'once.db'}")
         runner = Runner(store, runtime, RunSettings(home=scratch, concurrency=1))
         run_id = await runner.start([Planned(task.root, submission.resolve(), task)])
         results = await runner.execute(run_id)
-        store.close()
     finally:
-        await anyio.to_thread.run_sync(shutil.rmtree, scratch, True)
+        store.close()
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(shutil.rmtree, scratch, True)
+    if not results:
+        raise HarnessError("the evaluation was interrupted before its verdict")
     return results[0]

@@ -119,7 +119,34 @@ class Store:
         options: dict[str, Any],
         evaluations: Iterable[tuple[str, str, str, str]],
     ) -> None:
-        """Record a run and all its evaluations (id, task id, task path, submission)."""
+        """Record a run and all its evaluations (id, task id, task path, submission).
+
+        Raises:
+            HarnessError: the database refused it.
+        """
+        try:
+            self._create_run(run_id, runtime, options, evaluations)
+        except SQLAlchemyError as exc:
+            raise HarnessError(f"store {self.url}: {exc}") from exc
+
+    def apply(self, ev: Event) -> None:
+        """Write what one event changes.
+
+        Raises:
+            HarnessError: the database refused it.
+        """
+        try:
+            self._apply(ev)
+        except SQLAlchemyError as exc:
+            raise HarnessError(f"store {self.url}: {exc}") from exc
+
+    def _create_run(
+        self,
+        run_id: str,
+        runtime: str,
+        options: dict[str, Any],
+        evaluations: Iterable[tuple[str, str, str, str]],
+    ) -> None:
         with Session(self.engine) as session:
             session.add(RunRecord(id=run_id, runtime=runtime, options=json.dumps(options)))
             session.flush()  # the run row first: evaluations reference it
@@ -130,8 +157,7 @@ class Store:
                 ))
             session.commit()
 
-    def apply(self, ev: Event) -> None:
-        """Write what one event changes."""
+    def _apply(self, ev: Event) -> None:
         with Session(self.engine) as session:
             if isinstance(ev, EvaluationStarted):
                 row = session.get(EvaluationRecord, ev.evaluation_id)

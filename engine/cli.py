@@ -6,8 +6,9 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, TypeVar
 
 import anyio
 import typer
@@ -28,6 +29,8 @@ from ._subscribers import event_log, json_lines, progress_display
 from ._task import discover_tasks, load_task
 from ._taskcheck import check_task
 from .types import Verdict
+
+T = TypeVar("T")
 
 EXIT_OK, EXIT_ERROR_VERDICT, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -53,6 +56,29 @@ DbOpt = Annotated[
     typer.Option("--db", envvar="ANVIL_DB",
                  help="SQLAlchemy URL of the store [default: sqlite:///HOME/anvil.db]."),
 ]
+
+
+def _anvil_error(exc: BaseException) -> AnvilError | None:
+    """The AnvilError behind ``exc``, also from inside an ExceptionGroup."""
+    if isinstance(exc, AnvilError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _anvil_error(inner)
+            if found is not None:
+                return found
+    return None
+
+
+def _run_async(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+    """``anyio.run`` whose AnvilErrors leave as themselves, never wrapped in a group."""
+    try:
+        return anyio.run(fn, *args)
+    except BaseExceptionGroup as group:
+        found = _anvil_error(group)
+        if found is None:
+            raise
+        raise found from None
 
 
 def _fail(message: str, code: int = EXIT_USAGE) -> typer.Exit:
@@ -95,7 +121,7 @@ def run(
     if resume is None and (not tasks or submissions is None):
         raise _fail("give TASK... and --submissions DIR, or --resume RUN_ID")
     try:
-        code = anyio.run(_run, tasks or [], submissions, runtime, concurrency, resume,
+        code = _run_async(_run, tasks or [], submissions, runtime, concurrency, resume,
                          json_output, home, db)
     except AnvilError as exc:
         raise _fail(str(exc)) from None
@@ -182,7 +208,7 @@ def verify(
     """
     logging.disable(logging.CRITICAL)
     try:
-        verdict, phase = anyio.run(_verify, task, submission, runtime, home.resolve())
+        verdict, phase = _run_async(_verify, task, submission, runtime, home.resolve())
     except AnvilError:
         print("SELF_VERIFY_FAIL phase=error")
         raise typer.Exit(EXIT_USAGE) from None
@@ -219,7 +245,10 @@ def report(
     """Scoreboard of a run: task-level success, item pass rate, failures by category and phase."""
     if format not in FORMATS:
         raise _fail(f"--format {format}: choose one of {', '.join(FORMATS)}")
-    store = _open_store(home, db)
+    try:
+        store = _open_store(home, db)
+    except AnvilError as exc:
+        raise _fail(str(exc)) from None
     record = store.run(run_id)
     if record is None:
         raise _fail(f"no run {run_id!r} in {store.url}")
@@ -264,7 +293,10 @@ def tasks_check(
     """Check task packages: files exist and parse, the oracle collects, the reference passes."""
     ok = True
     for path in tasks:
-        checks = anyio.run(check_task, path, runtime, home.resolve())
+        try:
+            checks = _run_async(check_task, path, runtime, home.resolve())
+        except AnvilError as exc:
+            raise _fail(str(exc), EXIT_ERROR_VERDICT) from None
         for check in checks:
             mark = "[green]ok[/]  " if check.ok else "[red]FAIL[/]"
             err.print(f"{mark} {path.name}: {check.name}: {check.detail}", highlight=False)
@@ -284,7 +316,7 @@ def gc(
     """Reap what a killed anvil left: processes, containers and networks whose owner is gone
     or whose lease expired."""
     try:
-        anyio.run(_gc, images, parse_size(budget), everything, home.resolve())
+        _run_async(_gc, images, parse_size(budget), everything, home.resolve())
     except (AnvilError, ValueError) as exc:
         raise _fail(str(exc)) from None
 
@@ -323,7 +355,7 @@ def docker_bootstrap(
     debootstrap). Idempotent: does nothing when the image is there.
     """
     try:
-        result = anyio.run(_bootstrap, force)
+        result = _run_async(_bootstrap, force)
     except AnvilError as exc:
         raise _fail(str(exc), EXIT_ERROR_VERDICT) from None
     verb = "built" if result.built else "already there:"

@@ -6,9 +6,8 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from sqlalchemy.exc import IntegrityError
 
-from engine import EvaluationFinished, EvaluationStarted, Phase, Store, Verdict
+from engine import EvaluationFinished, EvaluationStarted, HarnessError, Phase, Store, Verdict
 
 
 def test_sqlite_file_is_in_wal_mode(tmp_path: Path) -> None:
@@ -19,7 +18,7 @@ def test_sqlite_file_is_in_wal_mode(tmp_path: Path) -> None:
 
 def test_an_evaluation_is_recorded_once_per_run(tmp_path: Path) -> None:
     store = Store(f"sqlite:///{tmp_path / 'a.db'}")
-    with pytest.raises(IntegrityError):
+    with pytest.raises(HarnessError, match="UNIQUE constraint failed"):
         store.create_run("r", "process", {}, [("r.0", "t", "/t", "/s"), ("r.1", "t", "/t", "/s")])
 
 
