@@ -80,6 +80,7 @@ def plan(task_paths: Sequence[Path], submissions: Path) -> tuple[list[Planned], 
         raise InputError(submissions, "no such submissions folder")
     problems: list[str] = []
     planned: list[Planned] = []
+    task_paths = list(dict.fromkeys(p.resolve() for p in task_paths))  # named twice: once
     for path in task_paths:
         task: Task | None = None
         problem: str | None = None
@@ -100,10 +101,7 @@ def plan(task_paths: Sequence[Path], submissions: Path) -> tuple[list[Planned], 
         if not found:
             problems.append(f"{base}: no submissions (no Dockerfile, no subfolders)")
         for sub in found:
-            pair = Planned(path.resolve(), sub.resolve(), task, problem)
-            if all((p.task_path, p.submission) != (pair.task_path, pair.submission)
-                   for p in planned):  # a task named twice is evaluated once
-                planned.append(pair)
+            planned.append(Planned(path, sub.resolve(), task, problem))
     return planned, problems
 
 

@@ -264,3 +264,12 @@ def test_backendforge_style_task_runs_with_defaults(
     assert done.returncode == 0, done.stderr
     (row,) = [json.loads(line) for line in done.stdout.splitlines()]
     assert (row["task"], row["verdict"], row["items_passed"]) == ("bf-kv", "pass", 4)
+
+
+def test_a_task_named_twice_is_evaluated_once(
+    make_submission: MakeSubmission, tmp_path: Path, cache_dir: Path
+) -> None:
+    done = anvil("run", str(TINY), str(TINY), "--submissions", str(make_submission("ok")),
+                 "--json", "--runtime", "process", home=tmp_path / "home", cache=cache_dir)
+    assert done.returncode == 0, done.stderr
+    assert len(done.stdout.splitlines()) == 1

@@ -368,3 +368,14 @@ async def test_unreachable_service_is_explained_as_with_the_process_runtime(
                                        cache_dir, runtime="docker")
     assert (result.verdict, result.phase) == (Verdict.FAIL, Phase.HEALTH)
     assert reason in result.reason
+
+
+async def test_cmd_that_is_not_executable_fails_startup_like_the_process_runtime(
+    tiny_task: Task, make_submission: MakeSubmission, tmp_path: Path, cache_dir: Path
+) -> None:
+    sub = make_submission("ok")
+    (sub / "Dockerfile").write_text("FROM python:3.11-slim\nCMD [\"no-such-program\"]\n")
+    (result,), _, _ = await run_engine([(tiny_task, sub)], tmp_path, cache_dir,
+                                       runtime="docker")
+    assert (result.verdict, result.phase) == (Verdict.FAIL, Phase.STARTUP)
+    assert "no-such-program" in result.reason

@@ -158,3 +158,9 @@ async def test_exit_of_a_started_service_is_seen_at_once(
         assert (info.returncode, info.reason) == (3, "exited 3")
         await runtime.stop(inst)
         await runtime.stop(inst)  # stop is idempotent
+
+
+async def test_an_error_inside_the_runtime_leaves_as_itself(tmp_path: Path) -> None:
+    with pytest.raises(HarnessError, match="boom"):
+        async with ProcessRuntime(tmp_path / "cache"):
+            raise HarnessError("boom")
