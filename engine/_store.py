@@ -216,11 +216,6 @@ class Store:
                 return session.exec(stmt).first()
             return session.get(RunRecord, run_id)
 
-    def runs(self, limit: int = 20) -> Sequence[RunRecord]:
-        with Session(self.engine) as session:
-            stmt = select(RunRecord).order_by(col(RunRecord.created_at).desc()).limit(limit)
-            return session.exec(stmt).all()
-
     def evaluations(self, run_id: str) -> Sequence[EvaluationRecord]:
         with Session(self.engine) as session:
             stmt = (select(EvaluationRecord).where(EvaluationRecord.run_id == run_id)
@@ -231,12 +226,6 @@ class Store:
         with Session(self.engine) as session:
             stmt = (select(ItemRecord).where(col(ItemRecord.evaluation_id).in_(evaluation_ids))
                     .order_by(col(ItemRecord.id)))
-            return session.exec(stmt).all()
-
-    def phases(self, evaluation_ids: Sequence[str]) -> Sequence[PhaseRecord]:
-        with Session(self.engine) as session:
-            stmt = (select(PhaseRecord).where(col(PhaseRecord.evaluation_id).in_(evaluation_ids))
-                    .order_by(col(PhaseRecord.id)))
             return session.exec(stmt).all()
 
 
