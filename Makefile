@@ -15,13 +15,13 @@ run: $(BIN)/anvil
 	$(BIN)/anvil run tasks/taskboard --submissions examples/taskboard
 
 test: $(BIN)/anvil
-	$(BIN)/ruff check engine tests bench
-	$(BIN)/mypy engine
+	$(BIN)/ruff check engine plugins tests bench
+	$(BIN)/mypy engine plugins
 	$(BIN)/python -m pytest
 
 lint: $(BIN)/anvil
-	$(BIN)/ruff check engine tests bench
-	$(BIN)/mypy engine
+	$(BIN)/ruff check engine plugins tests bench
+	$(BIN)/mypy engine plugins
 
 # The offline Python base image for the docker runtime (needs dockerd and debootstrap).
 docker-base: $(BIN)/anvil

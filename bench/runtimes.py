@@ -22,9 +22,8 @@ from pathlib import Path
 import anyio
 
 from engine import Phase, PhaseFinished, Planned, Runner, RunSettings, Store, load_task
-from engine._bootstrap import bootstrap
-from engine._docker import DockerRuntime, docker_client
-from engine._process import ProcessRuntime
+from engine.runtimes.docker import DockerRuntime, bootstrap, docker_client
+from engine.runtimes.process import ProcessRuntime
 from engine.types import BuildRequest, Runtime
 
 ROOT = Path(__file__).resolve().parent.parent

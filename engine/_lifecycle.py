@@ -32,9 +32,9 @@ from ._events import (
     PhaseFinished,
     PhaseStarted,
 )
+from ._logs import tail_lines
 from ._oracle import ItemResult, run_oracle
 from ._task import Task
-from ._venv import tail_lines
 from .types import BuildRequest, ExitInfo, Instance, Phase, Runtime, StartRequest, Verdict
 
 log = logging.getLogger("anvil.engine")

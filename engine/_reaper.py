@@ -9,20 +9,10 @@ kills their process groups.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import signal
-import socket
-import time
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
-from typing import Any
-
-from aiodocker.exceptions import DockerError
-
-from ._errors import HarnessError
 
 OWNER_VAR = "ANVIL_OWNER_PID"
 RUN_VAR = "ANVIL_RUN"
@@ -54,7 +44,7 @@ def _environ(pid: int) -> dict[str, str]:
     return env
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -77,7 +67,7 @@ def marked_processes() -> list[Orphan]:
             continue
         pid = int(entry.name)
         env = _environ(pid)
-        if OWNER_VAR not in env or not _alive(pid):
+        if OWNER_VAR not in env or not alive(pid):
             continue
         try:
             owner = int(env[OWNER_VAR])
@@ -91,7 +81,7 @@ def marked_processes() -> list[Orphan]:
 def find_orphans() -> list[Orphan]:
     """Processes started by an anvil that no longer runs."""
     me = os.getpid()
-    return [p for p in marked_processes() if p.owner != me and not _alive(p.owner)]
+    return [p for p in marked_processes() if p.owner != me and not alive(p.owner)]
 
 
 def reap_orphans() -> list[Orphan]:
@@ -103,54 +93,3 @@ def reap_orphans() -> list[Orphan]:
         except (ProcessLookupError, PermissionError):
             pass
     return orphans
-
-
-# -- Docker ----------------------------------------------------------------------
-
-
-async def reap_docker(docker: Any, *, everything: bool = False) -> list[str]:
-    """Remove containers and networks labelled by an anvil that is gone or out of lease.
-
-    A container's owner is ``host:pid``; it is reaped when that process no longer
-    runs on this host or its ``anvil.lease`` (unix time) has passed. With
-    ``everything``, every anvil-labelled container and network goes.
-    Returns the names removed.
-    """
-    from ._docker import LEASE_LABEL, OWNER_LABEL, call
-
-    host = socket.gethostname()
-    now = time.time()
-    removed: list[str] = []
-
-    def expired(labels: dict[str, str]) -> bool:
-        if everything:
-            return True
-        owner_host, _, pid = labels.get(OWNER_LABEL, ":").rpartition(":")
-        try:
-            lease = float(labels.get(LEASE_LABEL, "inf"))
-        except ValueError:
-            lease = 0.0
-        gone = owner_host == host and pid.isdigit() and not _alive(int(pid))
-        return gone or lease < now
-
-    label_filter = json.dumps({"label": [OWNER_LABEL]})
-    try:
-        containers = await call("list containers",
-                                lambda: docker.containers.list(all="true", filters=label_filter))
-        networks = await call("list networks",
-                              lambda: docker.networks.list(filters={"label": [OWNER_LABEL]}))
-    except DockerError as exc:
-        raise HarnessError(f"Docker API list: {exc.message}") from exc
-    for container in containers:
-        labels = container["Labels"] or {}
-        if expired(labels):
-            with contextlib.suppress(DockerError):
-                await call("remove container", partial(container.delete, force=True, v=True))
-            removed.append((container["Names"] or [container.id])[0].lstrip("/"))
-    for net in networks:
-        if expired(net.get("Labels") or {}):
-            with contextlib.suppress(DockerError):
-                network = await call("get network", partial(docker.networks.get, net["Id"]))
-                await call("remove network", network.delete)
-            removed.append(net["Name"])
-    return removed

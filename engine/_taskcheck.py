@@ -13,8 +13,8 @@ from openapi_spec_validator.validation.exceptions import OpenAPIValidationError
 from ._errors import AnvilError, TaskFormatError
 from ._oracle import collect_items
 from ._run import evaluate_once
-from ._runtimes import make_runtime
 from ._task import Task, load_task
+from .runtimes import make_runtime
 from .types import Verdict
 
 

@@ -15,19 +15,24 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ._bootstrap import BootstrapResult, bootstrap
-from ._docker import docker_client
-from ._errors import AnvilError, InputError, TaskFormatError
+from ._errors import AnvilError, InputError, RuntimeUnavailable, TaskFormatError
 from ._events import EvaluationFinished
-from ._images import gc_images, parse_size
-from ._reaper import reap_docker, reap_orphans
+from ._reaper import reap_orphans
 from ._report import FORMATS, render_report
 from ._run import Planned, Runner, RunSettings, evaluate_once, plan
-from ._runtimes import RUNTIMES, cache_dir, docker_answers, make_runtime
 from ._store import Store, default_url
 from ._subscribers import event_log, json_lines, progress_display
 from ._task import discover_tasks, load_task
 from ._taskcheck import check_task
+from .runtimes import cache_dir, make_runtime, runtime_names
+from .runtimes.docker import (
+    BootstrapResult,
+    bootstrap,
+    docker_client,
+    gc_images,
+    parse_size,
+    reap_docker,
+)
 from .types import Verdict
 
 T = TypeVar("T")
@@ -100,7 +105,7 @@ def run(
         help="One submission (has a Dockerfile) or a folder of submission folders; "
              "with several tasks, DIR/<task-id>/ is looked up the same way.",
     )] = None,
-    runtime: Annotated[str, typer.Option(help=f"One of {', '.join(RUNTIMES)}.")] = "auto",
+    runtime: Annotated[str, typer.Option(help=f"One of {', '.join(runtime_names())}.")] = "auto",
     concurrency: Annotated[int, typer.Option(
         min=1, help="Services running at once (builds and oracle runs have their own limits).",
     )] = 4,
@@ -198,7 +203,7 @@ def _print_totals(results: list[EvaluationFinished]) -> None:
 def verify(
     task: Annotated[Path, typer.Argument(help="The task folder.")],
     submission: Annotated[Path, typer.Argument(help="The submission folder (has a Dockerfile).")],
-    runtime: Annotated[str, typer.Option(help=f"One of {', '.join(RUNTIMES)}.")] = "auto",
+    runtime: Annotated[str, typer.Option(help=f"One of {', '.join(runtime_names())}.")] = "auto",
     home: HomeOpt = Path(".anvil"),
 ) -> None:
     """Self-verification: print SELF_VERIFY_PASS or SELF_VERIFY_FAIL phase=<phase>, nothing else.
@@ -287,7 +292,7 @@ def tasks_list(
 @tasks_app.command("check")
 def tasks_check(
     tasks: Annotated[list[Path], typer.Argument(help="Task folders to check.")],
-    runtime: Annotated[str, typer.Option(help=f"One of {', '.join(RUNTIMES)}.")] = "auto",
+    runtime: Annotated[str, typer.Option(help=f"One of {', '.join(runtime_names())}.")] = "auto",
     home: HomeOpt = Path(".anvil"),
 ) -> None:
     """Check task packages: files exist and parse, the oracle collects, the reference passes."""
@@ -326,11 +331,11 @@ async def _gc(images: bool, budget: int, everything: bool, home: Path) -> None:
     for orphan in reaped:
         err.print(f"killed process group {orphan.pgid} (run {orphan.run_id}, owner {orphan.owner})")
     err.print(f"reaped {len(reaped)} processes")
-    why = await docker_answers()
-    if why:
-        err.print(f"docker: skipped ({why})")
+    try:
+        docker = await docker_client()
+    except RuntimeUnavailable as exc:
+        err.print(f"docker: skipped ({exc})")
         return
-    docker = await docker_client()
     try:
         removed = await reap_docker(docker, everything=everything)
         for name in removed:

@@ -129,3 +129,33 @@ class Runtime(Protocol):
     async def start(self, artifact: Artifact, request: StartRequest) -> Instance: ...
 
     async def stop(self, instance: Instance) -> None: ...
+
+    def reachable_url(self, url: str) -> str:
+        """``url`` of a server anvil runs on this machine, as a service of this runtime
+        reaches it (a container cannot reach the host's 127.0.0.1)."""
+        ...
+
+    @property
+    def listen_host(self) -> str:
+        """The address anvil binds a server on so that this runtime's services reach it.
+
+        Loopback for local processes; the bridge gateway for containers (never every
+        interface). Valid once the runtime is entered.
+        """
+        ...
+
+
+@runtime_checkable
+class RuntimeFactory(Protocol):
+    """What a runtime plug-in's entry point names: usually the runtime class itself.
+
+    ``priority`` orders the candidates of ``--runtime auto`` (highest first);
+    ``unavailable`` says why the runtime cannot run here (None: it can).
+    """
+
+    name: str
+    priority: int
+
+    def __call__(self, cache_dir: Path) -> Runtime: ...
+
+    async def unavailable(self) -> str | None: ...

@@ -20,8 +20,7 @@ from engine import (
     Task,
     load_task,
 )
-from engine._bootstrap import PRIMARY
-from engine._docker import DockerRuntime, docker_client
+from engine.runtimes.docker import PRIMARY, DockerRuntime, docker_client
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "engine" / "fixtures"

@@ -12,8 +12,7 @@ import pytest
 from aiodocker.exceptions import DockerError
 
 from engine import HarnessError
-from engine._docker import build_context, call
-from engine._images import parse_size
+from engine.runtimes.docker import build_context, call, parse_size
 
 
 async def test_a_hung_call_is_retried_then_reported_as_harness_error() -> None:

@@ -33,7 +33,7 @@ from engine import (
     Verdict,
     load_task,
 )
-from engine._docker import OWNER_LABEL, DockerImage, DockerRuntime, docker_client
+from engine.runtimes.docker import OWNER_LABEL, DockerImage, DockerRuntime, docker_client
 from engine.types import BuildRequest
 from tests.conftest import FIXTURES, ROOT, MakeSubmission, run_engine
 
@@ -293,7 +293,7 @@ async def test_a_new_base_image_means_a_new_build(
 async def test_gc_images_removes_least_recently_used_beyond_the_budget(
     make_submission: MakeSubmission, tmp_path: Path
 ) -> None:
-    from engine._images import gc_images, touch_image
+    from engine.runtimes.docker import gc_images, touch_image
 
     cache = tmp_path / "cache"
     tags = []
@@ -329,7 +329,7 @@ async def test_oom_during_the_oracle_fails_it_with_reason_oom(
 
 
 async def test_reaper_removes_containers_whose_lease_expired_or_owner_is_gone() -> None:
-    from engine._reaper import reap_docker
+    from engine.runtimes.docker import reap_docker
 
     client = await docker_client()
     host = socket.gethostname()

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from engine import HarnessError
-from engine._dockerfile import parse_dockerfile
-from engine._emulate import BASE_PATH, emulate, expand
+from engine.runtimes._dockerfile import parse_dockerfile
+from engine.runtimes.process import BASE_PATH, emulate, expand
 
 
 def _emulate(tmp_path: Path, dockerfile: str, files: dict[str, str] | None = None):  # type: ignore[no-untyped-def]

@@ -9,8 +9,7 @@ import anyio
 import pytest
 
 from engine import BuildFailed, HarnessError, Phase, PhaseStarted, ProcessRuntime, Verdict
-from engine._emulate import BASE_PATH
-from engine._process import PreparedService
+from engine.runtimes.process import BASE_PATH, PreparedService
 from engine.types import BuildRequest
 from tests.conftest import MakeSubmission, run_engine
 

@@ -26,8 +26,8 @@ from typing import Any
 import anyio
 from aiodocker.exceptions import DockerError
 
-from ._docker import call
-from ._errors import HarnessError
+from ..._errors import HarnessError
+from ._client import call
 
 BASE_LABEL = "anvil.base"
 PRIMARY = "python:3.11-slim"

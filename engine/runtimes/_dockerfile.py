@@ -13,7 +13,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ._errors import BuildFailed
+from .._errors import BuildFailed
 
 
 @dataclass(frozen=True)

@@ -24,13 +24,16 @@ import anyio
 import anyio.abc
 from anyio.streams.file import FileWriteStream
 
-from ._dockerfile import parse_dockerfile
+from ..._errors import ServiceExited
+from ...types import Artifact, BuildRequest, ExitInfo, Instance, StartRequest
+from .._dockerfile import parse_dockerfile
+from .._ports import explain_ports
 from ._emulate import BASE_PATH, emulate
-from ._errors import ServiceExited
 from ._venv import VenvCache
-from .types import Artifact, BuildRequest, ExitInfo, Instance, StartRequest
 
 SHIM_DIR = Path(__file__).parent / "_shim"
+
+
 @dataclass
 class PreparedService:
     """A submission laid out in its root folder with its venv: what ``start`` runs."""
@@ -50,6 +53,15 @@ class ProcessRuntime:
     """Runtime running services as local processes (no isolation, no Docker)."""
 
     name = "process"
+    priority = 0  # the fallback: runs anywhere Python does
+    listen_host = "127.0.0.1"  # services are local processes
+
+    @classmethod
+    async def unavailable(cls) -> str | None:
+        return None
+
+    def reachable_url(self, url: str) -> str:
+        return url
 
     def __init__(self, cache_dir: Path, python: str = sys.executable) -> None:
         self.cache_dir = cache_dir
@@ -160,20 +172,6 @@ class Bind:
     real: int
     family: str
     loopback: bool
-
-
-def explain_ports(listening: set[tuple[int, bool]], port: int) -> str:
-    """Why nothing answers on ``port``, from the (port, loopback only) pairs listened on."""
-    if not listening:
-        return f"the service never listened on port {port}"
-    if (port, True) in listening and (port, False) not in listening:
-        return (f"the service listens on 127.0.0.1:{port} only; it must listen on 0.0.0.0 "
-                "to be reachable from outside its container")
-    other = sorted({p for p, _lo in listening if p != port})
-    if other and (port, False) not in listening:
-        ports = ", ".join(map(str, other))
-        return f"the service listens on port {ports}, the task expects port {port}"
-    return ""
 
 
 @dataclass(eq=False)

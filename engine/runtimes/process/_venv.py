@@ -20,8 +20,9 @@ from pathlib import Path
 
 import anyio
 
+from ..._errors import BuildFailed
+from ..._logs import tail_lines
 from ._emulate import PipStep
-from ._errors import BuildFailed
 
 COMPLETE = ".anvil-complete"
 
@@ -106,15 +107,6 @@ async def _step(log: Path, where: str, label: str, argv: list[str], cwd: Path) -
                 await process.wait()
     if code != 0:
         raise BuildFailed(f"{where}: `{label}` failed ({code}): {tail_lines(log, 6)}")
-
-
-def tail_lines(path: Path, lines: int = 5) -> str:
-    """The last lines of a log, joined on one line, for failure reasons."""
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return ""
-    return " | ".join(line.strip() for line in text.strip().splitlines()[-lines:])
 
 
 async def _append(path: Path, text: str) -> None:

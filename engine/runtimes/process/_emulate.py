@@ -18,8 +18,8 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ._dockerfile import Dockerfile, Instruction, split_shell
-from ._errors import BuildFailed, HarnessError
+from ..._errors import BuildFailed, HarnessError
+from .._dockerfile import Dockerfile, Instruction, split_shell
 
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/etc", "/proc", "/dev", "/tmp", "/var/tmp")

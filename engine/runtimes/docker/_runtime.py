@@ -18,17 +18,14 @@ import contextlib
 import hashlib
 import io
 import json
-import os
-import socket
-import tarfile
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
-from fnmatch import fnmatch
 from functools import partial
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
 import aiodocker
 import aiohttp
@@ -38,110 +35,27 @@ from aiodocker.events import DockerEvents
 from aiodocker.exceptions import DockerError
 from anyio.streams.file import FileWriteStream
 
-from ._dockerfile import parse_dockerfile
-from ._errors import BuildFailed, HarnessError, RuntimeUnavailable, ServiceExited
-from ._process import explain_ports
-from .types import Artifact, BuildRequest, ExitInfo, Instance, StartRequest
+from ..._errors import BuildFailed, HarnessError, RuntimeUnavailable, ServiceExited
+from ...types import Artifact, BuildRequest, ExitInfo, Instance, StartRequest
+from .._dockerfile import parse_dockerfile
+from .._ports import explain_ports
+from ._bootstrap import PRIMARY, has_base_image
+from ._client import (
+    BUILD_REPO,
+    CONTEXT_LABEL,
+    OWNER_LABEL,
+    bridge_gateway,
+    call,
+    docker_client,
+    owner_id,
+)
+from ._context import build_context
+from ._images import touch_image
+from ._reaper import reap_docker
 
 T = TypeVar("T")
 
-BUILD_REPO = "anvil-build"
-OWNER_LABEL = "anvil.owner"
-LEASE_LABEL = "anvil.lease"
-RUN_LABEL = "anvil.run"
-CONTEXT_LABEL = "anvil.context"
-_ALWAYS_IGNORED = (".git", "__pycache__", ".venv", "node_modules", ".anvil")
-
-
-def owner_id() -> str:
-    """Who owns a container: this host and process, checked by reapers."""
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
-async def docker_client(answer_within: float = 3.0) -> aiodocker.Docker:
-    """A client whose daemon answered a version call within ``answer_within`` seconds.
-
-    Raises:
-        RuntimeUnavailable: no daemon answers.
-    """
-    try:
-        client = aiodocker.Docker()
-    except (ValueError, OSError, DockerError) as exc:
-        raise RuntimeUnavailable(f"no Docker daemon: {exc}") from exc
-    try:
-        with anyio.fail_after(answer_within):
-            await client.version()
-    except (TimeoutError, OSError, aiohttp.ClientError, DockerError) as exc:
-        await client.close()
-        where = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
-        raise RuntimeUnavailable(
-            f"no Docker daemon answers at {where} (start dockerd; .ci/start-dockerd does)"
-        ) from exc
-    return client
-
-
-async def call(
-    what: str, fn: Callable[[], Awaitable[T]], *, per_attempt: float = 30.0, attempts: int = 2
-) -> T:
-    """One Docker API call under a deadline, retried on transport faults and 5xx.
-
-    Raises:
-        HarnessError: the daemon did not answer or failed every attempt.
-        DockerError: a 4xx answer (the caller decides what it means).
-    """
-    last = ""
-    for _ in range(attempts):
-        try:
-            with anyio.fail_after(per_attempt):
-                return await fn()
-        except TimeoutError:
-            last = f"no answer within {per_attempt:g}s"
-        except (OSError, aiohttp.ClientError) as exc:
-            last = f"{type(exc).__name__}: {exc}"
-        except DockerError as exc:
-            if exc.status < 500:
-                raise
-            last = f"{exc.status}: {exc.message}"
-    raise HarnessError(f"Docker API {what} failed {attempts} times: {last}")
-
-
-# -- build context -------------------------------------------------------------
-
-
-def _ignore_patterns(folder: Path) -> list[str]:
-    path = folder / ".dockerignore"
-    if not path.is_file():
-        return []
-    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    return [ln.strip().rstrip("/") for ln in lines if ln.strip() and not ln.startswith("#")]
-
-
-def _context_files(folder: Path) -> Iterator[Path]:
-    patterns = _ignore_patterns(folder)
-    for root, dirs, files in os.walk(folder):
-        dirs[:] = sorted(d for d in dirs if d not in _ALWAYS_IGNORED)
-        for name in sorted(files):
-            path = Path(root) / name
-            rel = path.relative_to(folder).as_posix()
-            if rel == "Dockerfile" or not any(fnmatch(rel, p) for p in patterns):
-                yield path
-
-
-def build_context(folder: Path) -> tuple[bytes, str]:
-    """A reproducible tar of ``folder`` and its sha256: same files, same bytes."""
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for path in _context_files(folder):
-            info = tar.gettarinfo(str(path), arcname=path.relative_to(folder).as_posix())
-            info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
-            info.pax_headers = {}
-            if info.isreg():
-                with open(path, "rb") as fh:
-                    tar.addfile(info, fh)
-            else:
-                tar.addfile(info)
-    data = buffer.getvalue()
-    return data, hashlib.sha256(data).hexdigest()
+HOST_ALIAS = "host.docker.internal"
 
 
 @dataclass(frozen=True)
@@ -226,6 +140,22 @@ class DockerRuntime:
     """Runtime running each service in its own locked-down container."""
 
     name = "docker"
+    priority = 10  # --runtime auto prefers isolation when a daemon answers
+
+    @classmethod
+    async def unavailable(cls) -> str | None:
+        """None when a daemon answers and has the base image; else why not."""
+        try:
+            client = await docker_client()
+        except RuntimeUnavailable as exc:
+            return str(exc)
+        try:
+            if not await has_base_image(client):
+                return (f"Docker answers but has no {PRIMARY} base image: "
+                        "run `anvil docker bootstrap`")
+        finally:
+            await client.close()
+        return None
 
     def __init__(
         self, cache_dir: Path, api_timeout: float = 30.0, layer_cache: bool = True
@@ -239,13 +169,23 @@ class DockerRuntime:
         self._instances: dict[str, DockerInstance] = {}
         self._build_locks: dict[str, anyio.Lock] = {}
         self._events_ready = anyio.Event()
+        self._gateway = "172.17.0.1"  # Docker's default bridge; read from the daemon on entry
+
+    @property
+    def listen_host(self) -> str:
+        return self._gateway
+
+    def reachable_url(self, url: str) -> str:
+        """Containers reach the host as ``host.docker.internal`` (the bridge gateway)."""
+        parts = urlsplit(url)
+        netloc = HOST_ALIAS + (f":{parts.port}" if parts.port else "")
+        return urlunsplit(parts._replace(netloc=netloc))
 
     async def __aenter__(self) -> DockerRuntime:
         self.docker = await docker_client()
         try:
-            from ._reaper import reap_docker
-
             await reap_docker(self.docker)
+            self._gateway = await bridge_gateway(self.docker) or self._gateway
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await self.docker.close()
@@ -423,8 +363,6 @@ class DockerRuntime:
 
     def _touch(self, tag: str) -> None:
         """Remember when an image was last used, for `anvil gc --images` (LRU)."""
-        from ._images import touch_image
-
         touch_image(self.cache_dir, tag)
 
     # -- start / stop --------------------------------------------------------
@@ -450,7 +388,7 @@ class DockerRuntime:
                 "PidsLimit": request.pids_limit,
                 "SecurityOpt": ["no-new-privileges"],
                 "CapDrop": ["ALL"],
-                "ExtraHosts": ["host.docker.internal:host-gateway"],
+                "ExtraHosts": [f"{HOST_ALIAS}:host-gateway"],
                 "LogConfig": {"Type": "json-file",
                               "Config": {"max-size": "20m", "max-file": "1"}},
             },

@@ -12,7 +12,7 @@ from typing import Any
 
 from aiodocker.exceptions import DockerError
 
-from ._docker import BUILD_REPO, CONTEXT_LABEL, call
+from ._client import BUILD_REPO, CONTEXT_LABEL, call
 
 _FILE = "docker-images.json"
 
