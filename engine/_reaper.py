@@ -1,21 +1,32 @@
-"""Reaping what a killed anvil left behind (process runtime).
+"""Finding anvil's processes by their environment marks, and ending them.
 
 Every process anvil starts (services, oracle runs) carries ``ANVIL_OWNER_PID``
 and ``ANVIL_RUN`` in its environment, the process-runtime counterpart of the
-Docker labels. When the owner is gone (``kill -9`` of ``anvil run``), the
-next ``anvil run`` or ``anvil gc`` finds those processes through /proc and
-kills their process groups.
+Docker labels; a service also carries ``ANVIL_EVALUATION`` and
+``ANVIL_INSTANCE``. Children inherit the marks whatever session or process
+group they make, and keep them when they are reparented, so a grandchild that
+called ``setsid()`` and outlived its parent is still found through /proc.
+
+Two uses: teardown ends every process of one service (:func:`service_processes`,
+:func:`kill_processes`), and when the owner is gone (``kill -9`` of
+``anvil run``), the next ``anvil run`` or ``anvil gc`` finds what it left
+(:func:`find_orphans`) and kills it (:func:`reap_orphans`).
 """
 
 from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
 OWNER_VAR = "ANVIL_OWNER_PID"
 RUN_VAR = "ANVIL_RUN"
+EVALUATION_VAR = "ANVIL_EVALUATION"
+INSTANCE_VAR = "ANVIL_INSTANCE"
 
 
 def owner_env(run_id: str) -> dict[str, str]:
@@ -31,17 +42,23 @@ class Orphan:
     owner: int
 
 
-def _environ(pid: int) -> dict[str, str]:
+def _environ(pid: int, names: Iterable[str] = (OWNER_VAR, RUN_VAR)) -> dict[str, str]:
+    """The marks among ``names`` in the environment ``pid`` started with ({} if unreadable)."""
     try:
         raw = Path(f"/proc/{pid}/environ").read_bytes()
     except OSError:
         return {}
+    wanted = {n.encode() for n in names}
     env = {}
     for entry in raw.split(b"\0"):
         key, sep, value = entry.partition(b"=")
-        if sep and key in (OWNER_VAR.encode(), RUN_VAR.encode()):
+        if sep and key in wanted:
             env[key.decode()] = value.decode(errors="replace")
     return env
+
+
+def _pids() -> list[int]:
+    return [int(e.name) for e in Path("/proc").iterdir() if e.name.isdigit()]
 
 
 def alive(pid: int) -> bool:
@@ -62,10 +79,7 @@ def alive(pid: int) -> bool:
 def marked_processes() -> list[Orphan]:
     """Every live process carrying anvil's marks, whoever its owner."""
     found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        pid = int(entry.name)
+    for pid in _pids():
         env = _environ(pid)
         if OWNER_VAR not in env or not alive(pid):
             continue
@@ -78,6 +92,55 @@ def marked_processes() -> list[Orphan]:
     return found
 
 
+def pids_marked(name: str, value: str) -> list[int]:
+    """Live processes whose environment has ``name=value`` (this process excluded)."""
+    me = os.getpid()
+    needle = f"{name}={value}".encode()
+    found = []
+    for pid in _pids():
+        if pid == me:
+            continue
+        try:
+            raw = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:
+            continue
+        if needle in raw.split(b"\0") and alive(pid):
+            found.append(pid)
+    return found
+
+
+def service_processes(leader: int, mark: tuple[str, str] | None = None) -> list[psutil.Process]:
+    """Every process of a service: the leader's descendants and every process with ``mark``.
+
+    The mark finds what left the tree (a double fork, ``setsid()``, a daemon
+    reparented to init); the tree finds what cleared its environment. The leader
+    itself is not in the list: its parent (anvil) waits for it.
+    """
+    found: dict[int, psutil.Process] = {}
+    try:
+        for child in psutil.Process(leader).children(recursive=True):
+            found[child.pid] = child
+    except psutil.Error:
+        pass  # the leader is gone: its orphans still carry the mark
+    if mark is not None:
+        for pid in pids_marked(*mark):
+            if pid != leader and pid not in found:
+                try:
+                    found[pid] = psutil.Process(pid)
+                except psutil.Error:
+                    pass
+    return list(found.values())
+
+
+def kill_processes(processes: Iterable[psutil.Process], sig: int = signal.SIGKILL) -> None:
+    """Signal each process; psutil checks it is still the same process (no pid reuse)."""
+    for process in processes:
+        try:
+            process.send_signal(sig)
+        except psutil.Error:
+            pass
+
+
 def find_orphans() -> list[Orphan]:
     """Processes started by an anvil that no longer runs."""
     me = os.getpid()
@@ -85,11 +148,16 @@ def find_orphans() -> list[Orphan]:
 
 
 def reap_orphans() -> list[Orphan]:
-    """Kill the process groups of every orphan; return what was reaped."""
+    """Kill every orphan and its process group; return what was reaped."""
     orphans = find_orphans()
     for pgid in {o.pgid for o in orphans}:
         try:
             os.killpg(pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    for orphan in orphans:  # one that made its own session is not in those groups
+        try:
+            os.kill(orphan.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
     return orphans

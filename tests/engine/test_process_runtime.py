@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import errno
+import os
+import resource
+import socket
 import time
 from pathlib import Path
 
+import aiohttp
 import anyio
 import pytest
 
@@ -130,13 +135,14 @@ async def test_dockerfile_subset_is_emulated(make_submission: MakeSubmission,
     async with ProcessRuntime(tmp_path / "cache") as runtime:
         art = await runtime.build(BuildRequest(submission=sub, workdir=tmp_path,
                                                log_path=tmp_path / "build.log"))
-    assert isinstance(art, PreparedService)
-    assert art.workdir == tmp_path / "root" / "srv" / "app"
-    assert (art.workdir / "server.py").is_file()
-    assert (tmp_path / "root" / "etc" / "svc" / "a.txt").read_text() == "a"
-    assert (tmp_path / "root" / "data").is_dir()
-    assert art.env == {"PATH": BASE_PATH, "A": "1", "B": "two words", "LEGACY": "some value"}
-    assert art.argv == ["python", str(tmp_path / "root" / "srv" / "app" / "server.py")]
+        assert isinstance(art, PreparedService)
+        assert art.workdir == tmp_path / "root" / "srv" / "app"
+        assert (art.workdir / "server.py").is_file()
+        assert (tmp_path / "root" / "etc" / "svc" / "a.txt").read_text() == "a"
+        assert (tmp_path / "root" / "data").is_dir()
+        assert art.env == {"PATH": BASE_PATH, "A": "1", "B": "two words", "LEGACY": "some value"}
+        assert art.argv == ["python", str(tmp_path / "root" / "srv" / "app" / "server.py")]
+    assert not (tmp_path / "root").exists()  # released with the runtime: never started
 
 
 async def test_exit_of_a_started_service_is_seen_at_once(
@@ -163,3 +169,298 @@ async def test_an_error_inside_the_runtime_leaves_as_itself(tmp_path: Path) -> N
     with pytest.raises(HarnessError, match="boom"):
         async with ProcessRuntime(tmp_path / "cache"):
             raise HarnessError("boom")
+
+
+# -- the submission read as Docker reads a build context ----------------------------
+
+
+def _service(tmp_path: Path, server: str, dockerfile: str | None = None,
+             name: str = "sub") -> Path:
+    sub = tmp_path / name
+    sub.mkdir(parents=True)
+    (sub / "server.py").write_text(server)
+    (sub / "Dockerfile").write_text(dockerfile or "FROM python:3.11-slim\nWORKDIR /app\n"
+                                    "COPY server.py .\nCMD [\"python\", \"server.py\"]\n")
+    return sub
+
+
+async def _build_in(runtime: ProcessRuntime, sub: Path, work: Path) -> PreparedService:
+    work.mkdir(parents=True, exist_ok=True)
+    art = await runtime.build(BuildRequest(submission=sub, workdir=work,
+                                           log_path=work / "build.log"))
+    assert isinstance(art, PreparedService)
+    return art
+
+
+def _tree_bytes(path: Path) -> int:
+    return sum(os.lstat(os.path.join(d, n)).st_size
+               for d, dirs, files in os.walk(path) for n in files)
+
+
+async def test_symlinks_are_copied_as_links_and_never_followed_out(
+    tmp_path: Path, make_submission: MakeSubmission
+) -> None:
+    sub = make_submission("ok")
+    (sub / "docs").symlink_to("/usr/share/doc")  # 100+ MB outside the submission
+    (sub / "d").mkdir()
+    (sub / "d" / "up").symlink_to("..")  # a loop through the tree
+    (sub / "dangling").symlink_to("nowhere")
+    (sub / "l1").symlink_to("l2")
+    (sub / "l2").symlink_to("l1")
+    (sub / "alias.py").symlink_to("server.py")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (sub / "out").symlink_to(outside)
+    (sub / "Dockerfile").write_text(
+        "FROM python:3.11-slim\nWORKDIR /app\nCOPY . .\nCOPY alias.py /srv/alias.py\n"
+        "COPY server.py /app/out/evil.py\nRUN mkdir -p /app/out/made\n"
+        "CMD [\"python\", \"server.py\"]\n")
+    async with ProcessRuntime(tmp_path / "cache") as runtime:
+        art = await _build_in(runtime, sub, tmp_path / "w")
+        app = art.root / "app"
+        assert os.readlink(app / "docs") == "/usr/share/doc"
+        assert os.readlink(app / "d" / "up") == ".." and os.readlink(app / "dangling") == "nowhere"
+        assert os.readlink(app / "l1") == "l2" and os.readlink(app / "alias.py") == "server.py"
+        assert _tree_bytes(art.root) < 100_000  # nothing of /usr/share/doc came along
+        # COPY of a link inside the context copies what it names, resolved in the context.
+        assert (art.root / "srv" / "alias.py").read_text() == (sub / "server.py").read_text()
+        # A link the submission put in the root cannot make a later step write outside it.
+        assert list(outside.iterdir()) == []
+        assert (art.root / outside.relative_to("/") / "evil.py").is_file()
+        assert (art.root / outside.relative_to("/") / "made").is_dir()
+
+
+@pytest.mark.parametrize(("source", "problem"), [
+    ("dangling", "COPY failed: dangling is a symlink to nowhere, which is not in the build "
+                 "context"),
+    ("l1", "COPY failed: l1: a symlink loop"),
+    ("docs", "COPY failed: docs is a symlink to /usr/share/doc, which is not in the build "
+             "context"),
+    ("d/up/d/up/l2", "COPY failed: d/up/d/up/l2: a symlink loop"),
+])
+async def test_copying_a_broken_link_is_the_candidates_fail_in_one_line(
+    tmp_path: Path, source: str, problem: str
+) -> None:
+    sub = _service(tmp_path, "print(1)\n", "FROM python:3.11-slim\nWORKDIR /app\n"
+                   f"COPY {source} /app/x\nCMD [\"python\", \"server.py\"]\n")
+    (sub / "docs").symlink_to("/usr/share/doc")
+    (sub / "dangling").symlink_to("nowhere")
+    (sub / "l1").symlink_to("l2")
+    (sub / "l2").symlink_to("l1")
+    (sub / "d").mkdir()
+    (sub / "d" / "up").symlink_to("..")
+    async with ProcessRuntime(tmp_path / "cache") as runtime:
+        with pytest.raises(BuildFailed) as info:
+            await _build_in(runtime, sub, tmp_path / "w")
+    assert str(info.value) == f"{sub}/Dockerfile:3: {problem}"
+    assert not (tmp_path / "w" / "root").exists()  # a failed build leaves only its logs
+
+
+async def test_a_broken_link_is_a_fail_at_build_through_the_engine(
+    tiny_task, tmp_path: Path, cache_dir: Path  # type: ignore[no-untyped-def]
+) -> None:
+    sub = _service(tmp_path, "print(1)\n", "FROM python:3.11-slim\nWORKDIR /app\n"
+                   "COPY config.yaml .\nCMD [\"python\", \"server.py\"]\n")
+    (sub / "config.yaml").symlink_to("/nonexistent/config.yaml")
+    (result,), _, _ = await run_engine([(tiny_task, sub)], tmp_path, cache_dir)
+    assert (result.verdict, result.phase) == (Verdict.FAIL, "build")
+    assert "config.yaml is a symlink to /nonexistent/config.yaml" in result.reason
+    assert "\n" not in result.reason and len(result.reason) < 300
+
+
+async def test_dockerignore_has_dockers_meaning(tmp_path: Path) -> None:
+    sub = _service(tmp_path, "print(1)\n", "FROM python:3.11-slim\nWORKDIR /app\nCOPY . .\n"
+                   "CMD [\"python\", \"server.py\"]\n")
+    files = ["README.md", "NOTES.md", "sub/NOTES.md", "a.log", "deep/er/b.log",
+             "secrets/key.pem", "secrets/keep.txt", "data/x.csv"]
+    for name in files:
+        (sub / name).parent.mkdir(parents=True, exist_ok=True)
+        (sub / name).write_text(name)
+    (sub / ".dockerignore").write_text(
+        "# comment\n*.md\n!README.md\n**/*.log\nsecrets/\n!secrets/keep.txt\n/data\n")
+    async with ProcessRuntime(tmp_path / "cache") as runtime:
+        art = await _build_in(runtime, sub, tmp_path / "w")
+        copied = sorted(str(p.relative_to(art.workdir)) for p in art.workdir.rglob("*")
+                        if p.is_file())
+    # `*.md` is the root's only (patterns are anchored); `!` brings a file back.
+    assert copied == [".dockerignore", "Dockerfile", "README.md", "secrets/keep.txt",
+                      "server.py", "sub/NOTES.md"]
+
+
+async def test_an_ignored_copy_source_is_not_found(tmp_path: Path) -> None:
+    sub = _service(tmp_path, "print(1)\n", "FROM python:3.11-slim\nWORKDIR /app\n"
+                   "COPY server.py .\nCOPY .env .\nCMD [\"python\", \"server.py\"]\n")
+    (sub / ".env").write_text("SECRET=1\n")
+    (sub / ".dockerignore").write_text(".env\n")
+    async with ProcessRuntime(tmp_path / "cache") as runtime:
+        with pytest.raises(BuildFailed, match="Dockerfile:4: COPY failed: .env not found"):
+            await _build_in(runtime, sub, tmp_path / "w")
+
+
+async def test_a_dockerfile_with_a_byte_order_mark_builds(
+    tmp_path: Path, make_submission: MakeSubmission
+) -> None:
+    sub = make_submission("ok")
+    text = (sub / "Dockerfile").read_text()
+    (sub / "Dockerfile").write_bytes("\ufeff".encode() + text.encode())
+    async with ProcessRuntime(tmp_path / "cache") as runtime:
+        art = await _build_in(runtime, sub, tmp_path / "w")
+        assert art.argv == ["python", "server.py"] and (art.workdir / "server.py").is_file()
+
+
+# -- ports: every service has a private port space ----------------------------------
+
+
+async def test_two_services_binding_8080_at_once_both_run(
+    tmp_path: Path, make_submission: MakeSubmission
+) -> None:
+    from engine.types import StartRequest
+
+    async with ProcessRuntime(tmp_path / "cache") as runtime:
+        instances = []
+        for name in ("one", "two"):
+            work = tmp_path / name
+            art = await _build_in(runtime, make_submission("wrong_port"), work)
+            instances.append(await runtime.start(art, StartRequest(
+                port=8000, env={}, workdir=work, log_path=work / "service.log",
+                log_cap=100_000)))
+        real = []
+        for inst in instances:
+            with anyio.fail_after(10):  # a condition (its bind reported), with a deadline
+                while True:
+                    if inst.diagnose().startswith("the service listens on port 8080"):
+                        break
+                    await anyio.sleep(0.02)
+            assert inst.diagnose() == "the service listens on port 8080, the task expects port 8000"
+            (bind,) = [b for b in inst._binds() if b.family == "4"]  # type: ignore[attr-defined]
+            assert (bind.asked, bind.loopback) == (8080, False)
+            real.append(bind.real)
+        assert len(set(real)) == 2
+        for port in real:  # both are alive and answer on the port they really got
+            with anyio.fail_after(10):
+                while True:  # reported at bind(): listen() may follow a moment later
+                    try:
+                        status, _ = await _get(f"http://127.0.0.1:{port}/health")
+                        break
+                    except aiohttp.ClientConnectorError:
+                        await anyio.sleep(0.02)
+            assert status == 200
+        for inst in instances:
+            with anyio.move_on_after(0.2):
+                await inst.wait_exit()
+                pytest.fail("a service exited: its bind collided")
+            await runtime.stop(inst)
+
+
+async def test_a_service_reaches_its_own_remapped_ports(tmp_path: Path) -> None:
+    """Inside a service, 127.0.0.1:9000 is the service's own 9000, as in a container."""
+    from engine.types import StartRequest
+
+    server = r'''
+import threading, urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+class Helper(BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.send_header("Content-Length", "6"); self.end_headers()
+        self.wfile.write(b"helper")
+    def log_message(self, *a): pass
+
+class Api(BaseHTTPRequestHandler):
+    def do_GET(self):
+        with urllib.request.urlopen("http://127.0.0.1:9000/", timeout=5) as r:
+            body = r.read()
+        self.send_response(200); self.send_header("Content-Length", str(len(body)))
+        self.end_headers(); self.wfile.write(body)
+
+helper = ThreadingHTTPServer(("0.0.0.0", 9000), Helper)
+threading.Thread(target=helper.serve_forever, daemon=True).start()
+ThreadingHTTPServer(("0.0.0.0", 8000), Api).serve_forever()
+'''
+    sub = _service(tmp_path, server)
+    blocker = socket.socket()  # the host's own 9000 is taken: the service must not care
+    blocker.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        blocker.bind(("127.0.0.1", 9000))
+        blocker.listen()
+    except OSError:
+        pass  # something else holds 9000 already: the same situation
+    try:
+        async with ProcessRuntime(tmp_path / "cache") as runtime:
+            work = tmp_path / "w"
+            art = await _build_in(runtime, sub, work)
+            inst = await runtime.start(art, StartRequest(port=8000, env={}, workdir=work,
+                                                         log_path=work / "service.log",
+                                                         log_cap=100_000))
+            with anyio.fail_after(10):
+                url = await inst.wait_listening()
+            assert await _get(url + "/") == (200, b"helper")
+            await runtime.stop(inst)
+    finally:
+        blocker.close()
+
+
+async def _get(url: str) -> tuple[int, bytes]:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
+        async with session.get(url) as resp:
+            return resp.status, await resp.read()
+
+
+# -- start: whose fault a failed spawn is; the log a crash leaves --------------------
+
+
+async def test_no_file_descriptors_to_spawn_is_a_harness_error(
+    tmp_path: Path, make_submission: MakeSubmission
+) -> None:
+    from engine.types import StartRequest
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    held: list[int] = []
+    async with ProcessRuntime(tmp_path / "cache") as runtime:
+        work = tmp_path / "w"
+        art = await _build_in(runtime, make_submission("ok"), work)
+        request = StartRequest(port=8000, env={}, workdir=work, log_path=work / "service.log",
+                               log_cap=1000)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 64,
+                                                        hard))
+            with pytest.raises(OSError) as exhausted:
+                while True:
+                    held.append(os.open(os.devnull, os.O_RDONLY))
+            assert exhausted.value.errno == errno.EMFILE
+            with pytest.raises(HarnessError) as info:
+                await runtime.start(art, request)
+        finally:
+            for fd in held:
+                os.close(fd)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert "EMFILE" in str(info.value) and info.value.transient
+
+
+async def test_a_cmd_that_does_not_exist_is_the_candidates_fail(tmp_path: Path) -> None:
+    from engine import ServiceExited
+    from engine.types import StartRequest
+
+    sub = _service(tmp_path, "", "FROM python:3.11-slim\nCMD [\"/no/such/program\"]\n")
+    async with ProcessRuntime(tmp_path / "cache") as runtime:
+        art = await _build_in(runtime, sub, tmp_path / "w")
+        with pytest.raises(ServiceExited, match="cannot run `/no/such/program`: No such file"):
+            await runtime.start(art, StartRequest(port=8000, env={}, workdir=tmp_path / "w",
+                                                  log_path=tmp_path / "w" / "s.log",
+                                                  log_cap=1000))
+
+
+async def test_a_service_that_floods_then_crashes_shows_its_last_line_as_the_reason(
+    tiny_task, tmp_path: Path, cache_dir: Path  # type: ignore[no-untyped-def]
+) -> None:
+    server = ("import sys\nfor i in range(50_000):\n    print('noise', i, 'x' * 100)\n"
+              "print('fatal: DATABASE_URL is not set', flush=True)\nsys.exit(3)\n")
+    sub = _service(tmp_path, server)
+    cap = 64 * 1024
+    (result,), _, _ = await run_engine([(tiny_task, sub)], tmp_path, cache_dir, log_cap=cap)
+    assert (result.verdict, result.phase) == (Verdict.FAIL, "startup")
+    assert result.reason.endswith("fatal: DATABASE_URL is not set"), result.reason
+    (log,) = (tmp_path / "runs").glob("*/*/service.log")
+    text = log.read_text()
+    assert text.startswith("noise 0 x") and f"[anvil: log capped at {cap} bytes" in text
+    assert log.stat().st_size < cap + 200

@@ -5,21 +5,23 @@ WORKDIR values are expanded as Docker does (``$VAR``, ``${VAR}``,
 ``${VAR:-default}``). ``RUN pip install`` lines are collected as steps, in
 order, for one venv; ``RUN mkdir`` is done in the root; any other RUN, a
 second FROM (multi-stage) or ``COPY --from`` is beyond this runtime and says
-so (``error``: the harness's limit, not the candidate's fault).
+so (:class:`~engine.Unsupported`: an ``error`` that retrying cannot mend, not
+the candidate's fault). COPY reads the submission as Docker reads a build
+context (``_context``): .dockerignore honoured, symlinks copied as symlinks.
 """
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import os
 import re
-import shutil
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..._errors import BuildFailed, HarnessError
+from ..._errors import BuildFailed, Unsupported
 from .._dockerfile import Dockerfile, Instruction, split_shell
+from ._context import BuildContext, LinkError, scoped
 
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/etc", "/proc", "/dev", "/tmp", "/var/tmp")
@@ -70,9 +72,20 @@ class _Layout:
         self.root = root
         self.workdir = "/"
 
-    def host(self, container_path: str) -> Path:
-        joined = os.path.normpath(os.path.join(self.workdir, container_path))
-        return self.root / joined.lstrip("/")
+    def container(self, path: str) -> str:
+        """``path`` as an absolute container path (relative ones start at WORKDIR)."""
+        return os.path.normpath(os.path.join(self.workdir, path))
+
+    def host(self, container_path: str, where: str = "") -> Path:
+        """Where ``container_path`` is on the host: links inside the root resolved inside it.
+
+        Raises:
+            BuildFailed: the path goes through a symlink loop.
+        """
+        try:
+            return scoped(self.root, self.container(container_path))
+        except LinkError as exc:
+            raise BuildFailed(f"{where or 'Dockerfile'}: {exc}") from None
 
 
 def emulate(dockerfile: Dockerfile, context: Path, root: Path) -> Emulation:
@@ -80,9 +93,11 @@ def emulate(dockerfile: Dockerfile, context: Path, root: Path) -> Emulation:
 
     Raises:
         BuildFailed: what docker build would also refuse (missing COPY source, ...).
-        HarnessError: what this runtime cannot emulate.
+        Unsupported: what this runtime cannot emulate.
+        OSError: the disk failed (full, ...): the caller classifies it.
     """
     layout = _Layout(root)
+    build_context = BuildContext(context)
     env: dict[str, str] = {"PATH": BASE_PATH}
     build_args: dict[str, str] = {}
     steps: list[PipStep] = []
@@ -93,30 +108,33 @@ def emulate(dockerfile: Dockerfile, context: Path, root: Path) -> Emulation:
         if ins.keyword == "FROM":
             froms += 1
             if froms > 1:
-                raise HarnessError(f"{where}: multi-stage builds are beyond the process "
-                                   "runtime; use --runtime docker")
+                raise Unsupported(f"{where}: multi-stage builds are beyond the process "
+                                  "runtime; use --runtime docker")
         elif ins.keyword == "ARG":
             name, _, default = ins.args.strip().partition("=")
             build_args[name.strip()] = expand(default.strip().strip('"'), scope)
         elif ins.keyword == "WORKDIR":
             layout.workdir = os.path.normpath(
                 os.path.join(layout.workdir, expand(ins.args.strip(), scope)))
-            layout.host(".").mkdir(parents=True, exist_ok=True)
+            layout.host(".", where).mkdir(parents=True, exist_ok=True)
         elif ins.keyword in ("COPY", "ADD"):
-            _copy(context, layout, ins, where, scope)
+            _copy(build_context, layout, ins, where, scope)
         elif ins.keyword == "ENV":
             for key, raw in _parse_env(ins, where).items():
                 env[key] = expand(raw, {**build_args, **env})
         elif ins.keyword == "RUN":
             steps += _run(ins, layout, where, scope)
         elif ins.keyword not in _IGNORED:
-            raise HarnessError(f"{where}: the process runtime cannot emulate {ins.keyword}; "
-                               "use --runtime docker")
+            raise Unsupported(f"{where}: the process runtime cannot emulate {ins.keyword}; "
+                              "use --runtime docker")
     argv = [_map_text(a, root) for a in dockerfile.command()]
     return Emulation(root, layout.host("."), _map_env(env, root), argv, steps)
 
 
 def _run(ins: Instruction, layout: _Layout, where: str, scope: dict[str, str]) -> list[PipStep]:
+    if ins.heredocs:
+        raise Unsupported(f"{where}: the process runtime cannot emulate a heredoc in RUN; "
+                          "use --runtime docker")
     argv = ins.exec_form()
     command = expand(" ".join(argv) if argv else ins.args, scope)
     steps = []
@@ -131,9 +149,9 @@ def _run(ins: Instruction, layout: _Layout, where: str, scope: dict[str, str]) -
             steps.append(_pip_step(pip_args, layout, where))
         elif words[0] == "mkdir":
             for target in (w for w in words[1:] if not w.startswith("-")):
-                layout.host(target).mkdir(parents=True, exist_ok=True)
+                layout.host(target, where).mkdir(parents=True, exist_ok=True)
         else:
-            raise HarnessError(
+            raise Unsupported(
                 f"{where}: the process runtime only emulates `RUN pip install` and "
                 f"`RUN mkdir`, not `{part.strip()}`; use --runtime docker")
     return steps
@@ -158,15 +176,15 @@ def pip_install_args(words: list[str], where: str) -> list[str] | None:
         elif word in _PIP_DROP_WITH_VALUE:
             skip = True
         elif word.startswith(_PIP_REFUSED):
-            raise HarnessError(f"{where}: `pip install {word}` writes outside a venv; "
-                               "use --runtime docker")
+            raise Unsupported(f"{where}: `pip install {word}` writes outside a venv; "
+                              "use --runtime docker")
         elif word not in _PIP_DROP and not word.startswith("--root-user-action="):
             args.append(word)
     return args
 
 
 def _pip_step(args: list[str], layout: _Layout, where: str) -> PipStep:
-    cwd = layout.host(".")
+    cwd = layout.host(".", where)
     digest = hashlib.sha256("\0".join(args).encode())
     named: list[tuple[str, bool]] = []  # (path, must exist)
     expect_file = False
@@ -184,7 +202,7 @@ def _pip_step(args: list[str], layout: _Layout, where: str) -> PipStep:
                                           or arg.endswith((".whl", ".tar.gz", ".zip"))):
             named.append((arg, False))  # a local package, or a spec pip will judge
     for path, required in named:
-        target = layout.host(path)
+        target = layout.host(path, where)
         if target.exists():
             digest.update(_tree_digest(target).encode())
         elif required:
@@ -193,13 +211,25 @@ def _pip_step(args: list[str], layout: _Layout, where: str) -> PipStep:
 
 
 def _tree_digest(path: Path) -> str:
-    """Content hash of a file or a folder (local packages installed by pip)."""
+    """Content hash of a file or a folder (local packages installed by pip).
+
+    Links count by their text, never by what they point at: nothing outside the
+    root is read.
+    """
     digest = hashlib.sha256()
-    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file()
-                                                 and "__pycache__" not in p.parts)
-    for item in files:
-        digest.update(str(item.relative_to(path if path.is_dir() else path.parent)).encode())
-        digest.update(item.read_bytes())
+    if not path.is_dir():
+        digest.update(path.read_bytes())
+        return digest.hexdigest()
+    for folder, dirs, files in os.walk(path):  # does not follow links to folders
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        for name in sorted(files) + [d for d in dirs if os.path.islink(os.path.join(folder, d))]:
+            item = Path(folder, name)
+            digest.update(item.relative_to(path).as_posix().encode() + b"\0")
+            mode = os.lstat(item).st_mode
+            if stat.S_ISLNK(mode):
+                digest.update(b"link:" + os.readlink(item).encode())
+            elif stat.S_ISREG(mode):
+                digest.update(item.read_bytes())
     return digest.hexdigest()
 
 
@@ -213,41 +243,30 @@ def _parse_env(ins: Instruction, where: str) -> dict[str, str]:
     raise BuildFailed(f"{where}: ENV needs KEY=value")
 
 
-def _copy(context: Path, layout: _Layout, ins: Instruction, where: str,
+def _copy(context: BuildContext, layout: _Layout, ins: Instruction, where: str,
           scope: dict[str, str]) -> None:
+    if ins.heredocs:
+        raise Unsupported(f"{where}: the process runtime cannot emulate a heredoc in "
+                          f"{ins.keyword}; use --runtime docker")
     words = ins.exec_form() or split_shell(ins.args, where)
     if any(w.startswith("--from") for w in words):
-        raise HarnessError(f"{where}: COPY --from (multi-stage) is beyond the process runtime; "
-                           "use --runtime docker")
+        raise Unsupported(f"{where}: COPY --from (multi-stage) is beyond the process runtime; "
+                          "use --runtime docker")
     words = [expand(w, scope) for w in words if not w.startswith("--")]  # --chown: no meaning
     if len(words) < 2:
         raise BuildFailed(f"{where}: {ins.keyword} needs a source and a destination")
     *sources, dest = words
     if any(s.startswith(("http://", "https://")) for s in sources):
-        raise HarnessError(f"{where}: the process runtime cannot fetch URLs in {ins.keyword}")
-    context = context.resolve()
-    matches: list[Path] = []
-    for source in sources:
-        found = sorted(glob.glob(str(context / source)))
-        if not found:
-            raise BuildFailed(f"{where}: COPY failed: {source} not found in the build context")
-        for item in map(Path, found):
-            if not item.resolve().is_relative_to(context):
-                raise BuildFailed(f"{where}: COPY failed: {source} is outside the build context")
-            matches.append(item)
-    target = layout.host(dest)
-    into_dir = dest.endswith("/") or dest in (".", "./") or len(matches) > 1 or target.is_dir()
-    for item in matches:
-        if item.is_dir():
-            shutil.copytree(item, target, dirs_exist_ok=True, ignore=_ignore_junk)
-        else:
-            out = target / item.name if into_dir else target
-            out.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(item, out)
-
-
-def _ignore_junk(_dir: str, names: list[str]) -> set[str]:
-    return {n for n in names if n in ("__pycache__", ".git", ".venv", "node_modules")}
+        raise Unsupported(f"{where}: the process runtime cannot fetch URLs in {ins.keyword}")
+    matches = [path for source in sources for path in context.sources(source, where)]
+    target = layout.container(dest)
+    into_dir = (dest.endswith("/") or dest in (".", "./") or len(matches) > 1
+                or layout.host(dest, where).is_dir())
+    for rel in matches:
+        try:
+            context.copy(rel, layout.root, target, into_dir)
+        except LinkError as exc:
+            raise BuildFailed(f"{where}: {ins.keyword} failed: {exc}") from None
 
 
 _ABS_PATH = re.compile(r"(?<![\w./-])(/[\w.-]+)((?:/[\w.-]*)*)")

@@ -7,11 +7,20 @@ the same requirements. Start runs CMD in its own process group with the venv
 first on PATH and the port shim (``_shim/sitecustomize.py``) loaded, so
 services that hard-code one port run side by side. Trusted code only: there
 is no isolation.
+
+Teardown ends every process of the service: its process group, its
+descendants, and whatever carries its ``ANVIL_INSTANCE`` mark (a grandchild
+that made its own session and was reparented). It then releases the build:
+the venv lease (so the venv cache's GC may take it) and the evaluation's root
+folder (its private copy of the submission); the logs stay.
 """
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -22,14 +31,18 @@ from types import TracebackType
 
 import anyio
 import anyio.abc
-from anyio.streams.file import FileWriteStream
+import psutil
 
-from ..._errors import ServiceExited
+from ..._errors import BuildFailed, ServiceExited
+from ..._logs import AsyncCappedLog
+from ..._reaper import INSTANCE_VAR, kill_processes, service_processes
 from ...types import Artifact, BuildRequest, ExitInfo, Instance, StartRequest
 from .._dockerfile import parse_dockerfile
 from .._ports import explain_ports
+from ._context import LinkError, scoped
 from ._emulate import BASE_PATH, emulate
-from ._venv import VenvCache
+from ._faults import classify
+from ._venv import Lease, VenvCache
 
 SHIM_DIR = Path(__file__).parent / "_shim"
 
@@ -43,6 +56,7 @@ class PreparedService:
     venv: Path | None
     env: dict[str, str]
     argv: list[str]
+    lease: Lease | None = field(default=None, repr=False, compare=False)
 
     @property
     def description(self) -> str:
@@ -68,6 +82,8 @@ class ProcessRuntime:
         self.venvs = VenvCache(cache_dir, python)
         self._tg: anyio.abc.TaskGroup | None = None
         self._live: set[ProcessInstance] = set()
+        self._built: dict[int, PreparedService] = {}  # id -> artifact not yet released
+        self._marks = (f"{os.getpid()}.{secrets.token_hex(4)}.{n}" for n in itertools.count())
 
     async def __aenter__(self) -> ProcessRuntime:
         self._tg = anyio.create_task_group()
@@ -84,6 +100,8 @@ class ProcessRuntime:
         with anyio.CancelScope(shield=True):
             for instance in list(self._live):  # normally none: teardown stopped them
                 await instance.terminate(grace=0.5)
+            for artifact in list(self._built.values()):  # never started, or never stopped
+                await self.release(artifact)
         self._tg.cancel_scope.cancel()  # instance watchers end with their processes
         # The body's own exception propagates as itself, not inside an ExceptionGroup.
         await self._tg.__aexit__(None, None, None)
@@ -92,16 +110,60 @@ class ProcessRuntime:
     # -- build ---------------------------------------------------------------
 
     async def build(self, request: BuildRequest) -> Artifact:
-        dockerfile = parse_dockerfile(request.submission / "Dockerfile")
+        """Lay the submission out in ``<workdir>/root`` and get its venv.
+
+        Raises:
+            BuildFailed: the candidate's fault (bad Dockerfile, missing COPY source,
+                a dangling link it copies, a requirement that does not exist).
+            Unsupported: an instruction this runtime cannot emulate (not retried).
+            HarnessError: the machine's fault (disk full, index unreachable, no venv).
+        """
+        context = request.submission
+        try:  # a Dockerfile that is a link is read inside the submission too
+            path = scoped(context.resolve(), "Dockerfile")
+        except LinkError as exc:
+            raise BuildFailed(f"{context}/Dockerfile: {exc}") from None
+        if path == context.resolve() / "Dockerfile":
+            path = context / "Dockerfile"  # messages name it as the user does
+        dockerfile = parse_dockerfile(path)
         root = request.workdir / "root"
-        if root.exists():
-            await anyio.to_thread.run_sync(shutil.rmtree, root)
-        root.mkdir(parents=True)
-        plan = await anyio.to_thread.run_sync(emulate, dockerfile, request.submission, root)
-        venv = await self.venvs.get(plan.pip_steps, request.log_path, str(dockerfile.path))
-        async with await anyio.open_file(request.log_path, "a") as log:
-            await log.write(f"prepared: {' '.join(plan.argv)} (venv {venv.name})\n")
-        return PreparedService(root, plan.workdir, venv, plan.env, plan.argv)
+        lease: Lease | None = None
+        try:
+            try:
+                if root.exists():
+                    await anyio.to_thread.run_sync(shutil.rmtree, root)
+                root.mkdir(parents=True)
+                plan = await anyio.to_thread.run_sync(emulate, dockerfile, context, root)
+                lease = await self.venvs.acquire(plan.pip_steps, request.log_path,
+                                                 str(dockerfile.path))
+                async with await anyio.open_file(request.log_path, "a") as log:
+                    await log.write(f"prepared: {' '.join(plan.argv)} "
+                                    f"(venv {lease.path.name})\n")
+            except OSError as exc:
+                raise classify(str(dockerfile.path), "lay out the submission", error=exc,
+                               ours=True) from exc
+        except BaseException:
+            # A failed build leaves its logs, not its copy of the submission or a lease.
+            if lease is not None:
+                lease.release()
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(shutil.rmtree, root, True)
+            raise
+        artifact = PreparedService(root, plan.workdir, lease.path, plan.env, plan.argv, lease)
+        self._built[id(artifact)] = artifact
+        return artifact
+
+    async def release(self, artifact: Artifact) -> None:
+        """Let go of what ``build`` made: the venv lease and the root folder (logs stay).
+
+        Idempotent; ``stop`` calls it for the artifact its instance runs.
+        """
+        assert isinstance(artifact, PreparedService)
+        self._built.pop(id(artifact), None)
+        if artifact.lease is not None:
+            artifact.lease.release()
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(shutil.rmtree, artifact.root, True)
 
     # -- start / stop --------------------------------------------------------
 
@@ -126,6 +188,7 @@ class ProcessRuntime:
             ),
             "ANVIL_SERVICE_PORT": str(request.port),
             "ANVIL_BIND_REPORT": str(report),
+            INSTANCE_VAR: next(self._marks),  # inherited by every process it starts
         }
         if artifact.venv:
             env["VIRTUAL_ENV"] = str(artifact.venv)
@@ -143,16 +206,20 @@ class ProcessRuntime:
                     start_new_session=True,
                 )
             except OSError as exc:
-                raise ServiceExited(f"cannot run CMD {argv[0]!r}: {exc.strerror or exc}") from exc
-            instance = ProcessInstance(process, report, request.port, request.log_path)
+                raise classify("CMD", argv[0], error=exc, candidate=ServiceExited) from exc
+            instance = ProcessInstance(process, report, request.port, request.log_path,
+                                       (INSTANCE_VAR, env[INSTANCE_VAR]), artifact)
             self._live.add(instance)
             await self._tg.start(instance.watch, request.log_cap)
         return instance
 
     async def stop(self, instance: Instance) -> None:
+        """End every process of the service, then release its build (idempotent)."""
         assert isinstance(instance, ProcessInstance)
         await instance.terminate()
         self._live.discard(instance)
+        if instance.artifact is not None:
+            await self.release(instance.artifact)
 
 
 def _venv_program(arg: str, venv: Path | None) -> str:
@@ -182,6 +249,8 @@ class ProcessInstance:
     bind_report: Path
     port: int
     log_path: Path
+    mark: tuple[str, str] | None = None  # the env mark every process of the service carries
+    artifact: PreparedService | None = None
     _exited: anyio.Event = field(default_factory=anyio.Event)
     _exit: ExitInfo | None = None
 
@@ -191,39 +260,44 @@ class ProcessInstance:
         """Pump output into the capped log and record the exit; owned by the runtime."""
         drained = anyio.Event()
         async with anyio.create_task_group() as tg:
-            tg.start_soon(self._pump, log_cap, drained)
+            pump = anyio.CancelScope()
+            tg.start_soon(self._pump, log_cap, drained, pump)
             task_status.started()
             code = await self.process.wait()
-            # Its last words are what a user needs to read: let the log catch up,
-            # unless a stray child holds the pipe open.
+            # Its last words are what a user needs to read: let the log catch up, and
+            # if a stray child holds the pipe open, stop reading so the tail is written.
             with anyio.move_on_after(0.5):
                 await drained.wait()
+            pump.cancel()
+            await drained.wait()
             self._exit = ExitInfo(code, _describe_exit(code))
             self._exited.set()
 
-    async def _pump(self, log_cap: int, drained: anyio.Event) -> None:
+    async def _pump(self, log_cap: int, drained: anyio.Event, scope: anyio.CancelScope) -> None:
         stream = self.process.stdout
         assert stream is not None
-        written = 0
+        out: AsyncCappedLog | None = None
         try:
-            async with await FileWriteStream.from_path(self.log_path, append=True) as out:
+            with scope:
+                with contextlib.suppress(OSError):
+                    out = await AsyncCappedLog.open(self.log_path, log_cap)
                 async for chunk in stream:
-                    if written >= log_cap:
-                        continue  # keep draining so a flooding service never blocks
-                    piece = chunk[: log_cap - written]
-                    written += len(piece)
-                    await out.send(piece)
-                    if written >= log_cap:
-                        await out.send(f"\n[anvil: log capped at {log_cap} bytes]\n".encode())
+                    if out is None:
+                        continue  # keep draining so the service never blocks on its output
+                    try:
+                        await out.write(chunk)
+                    except OSError:
+                        # The log cannot be written (disk full): drain on; one broken log
+                        # must not take the run down.
+                        await _close_quietly(out)
+                        out = None
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             pass
-        except OSError:
-            # The log cannot be written (disk full): keep draining so the service runs on;
-            # one broken log must not take the run down.
-            async for _chunk in stream:
-                pass
         finally:
-            drained.set()  # after the file is closed: its content is on disk
+            with anyio.CancelScope(shield=True):
+                if out is not None:
+                    await _close_quietly(out)
+            drained.set()  # after the file is closed: its tail is on disk
 
     async def wait_listening(self) -> str:
         while True:
@@ -262,21 +336,61 @@ class ProcessInstance:
         return explain_ports({(b.asked, b.loopback) for b in self._binds()}, self.port)
 
     async def terminate(self, grace: float = 3.0) -> None:
-        """SIGTERM the whole process group, SIGKILL what is left after ``grace``."""
-        pgid = self.process.pid  # leader of its own session, so its pid is the group id
-        _killpg(pgid, signal.SIGTERM)
+        """SIGTERM every process of the service; SIGKILL them once the leader is gone
+        or after ``grace``, and wait (up to ``grace``) until none is left.
+
+        Every process: the leader's group, its descendants, and the processes that
+        carry the service's env mark (a grandchild in its own session, reparented).
+        """
+        leader = self.process.pid  # leader of its own session: its pid is the group id
+        others = await anyio.to_thread.run_sync(service_processes, leader, self.mark)
+        self._signal_group(signal.SIGTERM, others)
+        kill_processes(others, signal.SIGTERM)
         with anyio.move_on_after(grace):
             await self._exited.wait()
-        _killpg(pgid, signal.SIGKILL)  # also reaps children the leader left behind
+        # Like a container's end: once the main process is gone, the rest goes at once.
+        others = await anyio.to_thread.run_sync(service_processes, leader, self.mark)
+        self._signal_group(signal.SIGKILL, others)
+        kill_processes(others, signal.SIGKILL)
         with anyio.move_on_after(grace):
             await self._exited.wait()
+            await _wait_gone(others)
+
+    def _signal_group(self, sig: signal.Signals, others: list[psutil.Process]) -> None:
+        """Signal the leader's process group, unless its id may belong to another by now."""
+        leader = self.process.pid
+        if self.process.returncode is not None and not any(
+            _pgid(p) == leader for p in others
+        ):
+            return  # the leader is reaped and nobody is left in its group
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(leader, sig)
 
 
-def _killpg(pgid: int, sig: signal.Signals) -> None:
+def _pgid(process: psutil.Process) -> int | None:
     try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
+        return os.getpgid(process.pid)
+    except OSError:
+        return None
+
+
+async def _wait_gone(processes: list[psutil.Process]) -> None:
+    """Until each process has ended (a zombie has): they are not our children, so we
+    wait on a pidfd, which becomes readable when its process exits."""
+    for process in processes:
+        try:
+            fd = os.pidfd_open(process.pid)
+        except OSError:
+            continue  # gone already
+        try:
+            await anyio.wait_readable(fd)
+        finally:
+            os.close(fd)
+
+
+async def _close_quietly(out: AsyncCappedLog) -> None:
+    with contextlib.suppress(OSError):
+        await out.aclose()
 
 
 def _describe_exit(code: int) -> str:
