@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable, Sequence
+import uuid
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import anyio
@@ -20,7 +21,7 @@ from engine import (
     Task,
     load_task,
 )
-from engine.runtimes.docker import PRIMARY, DockerRuntime, docker_client
+from engine.runtimes.docker import PRIMARY, SCOPE_ENV, DockerRuntime, docker_client
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "engine" / "fixtures"
@@ -90,6 +91,19 @@ async def _docker_problem() -> str | None:
     finally:
         await client.close()
     return None
+
+
+@pytest.fixture(scope="session", autouse=True)
+def anvil_scope() -> Iterator[str]:
+    """This session's ``ANVIL_SCOPE``: every container it makes carries the label, and its
+    reapers and assertions see nothing else (other runs on the daemon stay untouched).
+
+    Set in the environment, so the anvil processes tests spawn inherit it.
+    """
+    scope = f"pytest-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(SCOPE_ENV, scope)
+        yield scope
 
 
 @pytest.fixture(scope="session")

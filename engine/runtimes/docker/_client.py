@@ -26,6 +26,23 @@ OWNER_LABEL = "anvil.owner"
 LEASE_LABEL = "anvil.lease"
 RUN_LABEL = "anvil.run"
 CONTEXT_LABEL = "anvil.context"
+SCOPE_LABEL = "anvil.scope"
+SCOPE_ENV = "ANVIL_SCOPE"
+
+
+def current_scope() -> str | None:
+    """The scope this anvil works in (``ANVIL_SCOPE``), or None: every anvil object.
+
+    With a scope, containers carry ``anvil.scope=<scope>`` and the reaper looks at
+    nothing else, so runs that share a daemon (a test session beside a user's runs)
+    never touch each other's objects.
+    """
+    return os.environ.get(SCOPE_ENV) or None
+
+
+def scope_filter(scope: str | None) -> list[str]:
+    """Label filters selecting anvil's objects, narrowed to ``scope`` when there is one."""
+    return [OWNER_LABEL, *([f"{SCOPE_LABEL}={scope}"] if scope else [])]
 
 
 def owner_id() -> str:

@@ -13,17 +13,28 @@ from aiodocker.exceptions import DockerError
 
 from ..._errors import HarnessError
 from ..._reaper import alive
-from ._client import LEASE_LABEL, OWNER_LABEL, call
+from ._client import LEASE_LABEL, OWNER_LABEL, call, current_scope, scope_filter
 
 
-async def reap_docker(docker: Any, *, everything: bool = False) -> list[str]:
+async def reap_docker(
+    docker: Any, *, everything: bool = False, scope: str | None = None
+) -> list[str]:
     """Remove containers and networks labelled by an anvil that is gone or out of lease.
 
     A container's owner is ``host:pid``; it is reaped when that process no longer
     runs on this host or its ``anvil.lease`` (unix time) has passed. With
     ``everything``, every anvil-labelled container and network goes.
-    Returns the names removed.
+
+    Args:
+        docker: the client.
+        everything: remove live runs' objects too.
+        scope: look only at objects of this ``anvil.scope`` (default: ``ANVIL_SCOPE``;
+            unset, every anvil object on the daemon).
+
+    Returns:
+        The names removed.
     """
+    labels_wanted = scope_filter(scope or current_scope())
     host = socket.gethostname()
     now = time.time()
     removed: list[str] = []
@@ -39,12 +50,12 @@ async def reap_docker(docker: Any, *, everything: bool = False) -> list[str]:
         gone = owner_host == host and pid.isdigit() and not alive(int(pid))
         return gone or lease < now
 
-    label_filter = json.dumps({"label": [OWNER_LABEL]})
+    label_filter = json.dumps({"label": labels_wanted})
     try:
         containers = await call("list containers",
                                 lambda: docker.containers.list(all="true", filters=label_filter))
         networks = await call("list networks",
-                              lambda: docker.networks.list(filters={"label": [OWNER_LABEL]}))
+                              lambda: docker.networks.list(filters={"label": labels_wanted}))
     except DockerError as exc:
         raise HarnessError(f"Docker API list: {exc.message}") from exc
     for container in containers:

@@ -1,11 +1,18 @@
 """The Docker runtime (aiodocker): isolated containers, many at once.
 
-* build: the context tar is made deterministically from the submission, its
-  hash is the image tag (``anvil-build:<hash>``), so an unchanged submission
-  is never rebuilt; concurrent builds of one hash are built once.
+* build: the context tar is made deterministically from the submission and
+  streamed from a temporary file; its hash with the FROM images' ids is the
+  image tag (``anvil-build:<hash>``), so an unchanged submission is never
+  rebuilt; concurrent builds of one hash are built once. Each tag used is
+  recorded in the home's image record (what ``anvil gc --images`` may remove).
 * start: memory/CPU/pid limits, ``no-new-privileges``, every capability
   dropped, the service port published on 127.0.0.1 only (random host port),
-  labels ``anvil.run``, ``anvil.evaluation``, ``anvil.owner``, ``anvil.lease``.
+  labels ``anvil.run``, ``anvil.evaluation``, ``anvil.owner``, ``anvil.lease``
+  and, with ``ANVIL_SCOPE`` set, ``anvil.scope`` (the reaper then sees only that scope).
+* logs: the service log keeps its head and its tail past the cap, so the last
+  lines of a service that flooded its output are still its exit reason.
+* stop: a removal cut short by a deadline or a cancel finishes in the
+  background; whatever is still running when the runtime closes is removed.
 * events: one Docker events subscription per runtime; ``die``/``oom`` of a
   container ends its instance at once, with the reason (``exited 1``, ``oom``).
 * every API call has a deadline and is retried once; a daemon that keeps
@@ -16,15 +23,15 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import io
 import json
+import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import aiodocker
@@ -36,6 +43,7 @@ from aiodocker.exceptions import DockerError
 from anyio.streams.file import FileWriteStream
 
 from ..._errors import BuildFailed, HarnessError, RuntimeUnavailable, ServiceExited
+from ..._logs import AsyncCappedLog
 from ...types import Artifact, BuildRequest, ExitInfo, Instance, StartRequest
 from .._dockerfile import parse_dockerfile
 from .._ports import explain_ports
@@ -44,12 +52,14 @@ from ._client import (
     BUILD_REPO,
     CONTEXT_LABEL,
     OWNER_LABEL,
+    SCOPE_LABEL,
     bridge_gateway,
     call,
+    current_scope,
     docker_client,
     owner_id,
 )
-from ._context import build_context
+from ._context import write_context
 from ._images import touch_image
 from ._reaper import reap_docker
 
@@ -101,8 +111,10 @@ class DockerInstance:
 
     async def wait_exit(self) -> ExitInfo:
         await self._exited.wait()
-        with anyio.move_on_after(0.5):
-            await self.logs_done.wait()  # its last words are the reason a user reads
+        # Its last words are the reason a user reads: let the log catch up (a flood
+        # of output can take a moment to drain), but never wait long for it.
+        with anyio.move_on_after(2.0):
+            await self.logs_done.wait()
         assert self._exit is not None
         return self._exit
 
@@ -158,11 +170,22 @@ class DockerRuntime:
         return None
 
     def __init__(
-        self, cache_dir: Path, api_timeout: float = 30.0, layer_cache: bool = True
+        self, cache_dir: Path, api_timeout: float = 30.0, layer_cache: bool = True,
+        scope: str | None = None,
     ) -> None:
+        """A runtime that connects to the daemon when entered.
+
+        Args:
+            cache_dir: the home's cache (the image record lives there).
+            api_timeout: the deadline of one Docker API call.
+            layer_cache: False: Docker reuses no layer (cold-build timing).
+            scope: the ``anvil.scope`` label of every container, and the only scope
+                the reaper looks at (default: ``ANVIL_SCOPE``; unset, no scope).
+        """
         self.cache_dir = cache_dir
         self.api_timeout = api_timeout
-        self.layer_cache = layer_cache  # False: Docker reuses no layer (cold-build timing)
+        self.layer_cache = layer_cache
+        self.scope = scope or current_scope()
         self.owner = owner_id()
         self.docker: aiodocker.Docker | None = None
         self._tg: anyio.abc.TaskGroup | None = None
@@ -184,7 +207,7 @@ class DockerRuntime:
     async def __aenter__(self) -> DockerRuntime:
         self.docker = await docker_client()
         try:
-            await reap_docker(self.docker)
+            await reap_docker(self.docker, scope=self.scope)
             self._gateway = await bridge_gateway(self.docker) or self._gateway
         except BaseException:
             with anyio.CancelScope(shield=True):
@@ -212,7 +235,14 @@ class DockerRuntime:
             await self._tg.__aexit__(None, None, None)
         finally:
             with anyio.CancelScope(shield=True):
-                await self.docker.close()
+                try:
+                    # A stop cut short (or never called) must not leave a container behind.
+                    for instance in list(self._instances.values()):
+                        with anyio.move_on_after(self.api_timeout):
+                            with contextlib.suppress(HarnessError):
+                                await self._remove(instance)
+                finally:
+                    await self.docker.close()
         return None
 
     async def _api(self, what: str, fn: Callable[[], Awaitable[T]], **kw: Any) -> T:
@@ -278,20 +308,27 @@ class DockerRuntime:
         if not (request.submission / "Dockerfile").is_file():
             raise BuildFailed(f"{request.submission / 'Dockerfile'}: no Dockerfile in the "
                               "submission")
-        context, digest = await anyio.to_thread.run_sync(build_context, request.submission)
-        # The base image is part of what is built: a re-bootstrapped base is a new build.
-        digest = hashlib.sha256((digest + await self._base_ids(request.submission)).encode()
-                                ).hexdigest()
-        tag = f"{BUILD_REPO}:{digest[:20]}"
-        lock = self._build_locks.setdefault(digest, anyio.Lock())
-        async with lock:
-            if await self._image_exists(tag):
-                await _append(request.log_path, f"{tag}: cache hit, no build step ran\n")
-                self._touch(tag)
-                return DockerImage(tag, cached=True)
-            await _append(request.log_path, f"{tag}: building ({len(context)} bytes)\n")
-            await self._build(context, tag, digest, request.log_path)
-        self._touch(tag)
+        # The context goes to a file, not to memory: a submission may be large.
+        context = await anyio.to_thread.run_sync(_scratch_file, request.workdir)
+        try:
+            digest, size = await anyio.to_thread.run_sync(write_context, request.submission,
+                                                          context)
+            # The base image is part of what is built: a re-bootstrapped base is a new build.
+            digest = hashlib.sha256(
+                (digest + await self._base_ids(request.submission)).encode()).hexdigest()
+            tag = f"{BUILD_REPO}:{digest[:20]}"
+            lock = self._build_locks.setdefault(digest, anyio.Lock())
+            async with lock:
+                if await self._image_exists(tag):
+                    await _append(request.log_path, f"{tag}: cache hit, no build step ran\n")
+                    await self._touch(tag)
+                    return DockerImage(tag, cached=True)
+                await _append(request.log_path, f"{tag}: building ({size} bytes)\n")
+                context.seek(0)
+                await self._build(context, tag, digest, request.log_path)
+        finally:
+            context.close()
+        await self._touch(tag)
         return DockerImage(tag, cached=False)
 
     async def _base_ids(self, submission: Path) -> str:
@@ -325,14 +362,15 @@ class DockerRuntime:
             raise HarnessError(f"Docker API inspect image {tag}: {exc.message}") from exc
         return True
 
-    async def _build(self, context: bytes, tag: str, digest: str, log_path: Path) -> None:
+    async def _build(self, context: IO[bytes], tag: str, digest: str, log_path: Path) -> None:
         assert self.docker is not None
         lines: list[str] = []
         error = ""
         try:
             async with await FileWriteStream.from_path(log_path, append=True) as out:
+                # aiodocker streams the file in 64 KiB reads of a local file.
                 stream = self.docker.images.build(
-                    fileobj=io.BytesIO(context), tag=tag, rm=True, forcerm=True,
+                    fileobj=context, tag=tag, rm=True, forcerm=True,
                     nocache=not self.layer_cache,
                     labels={CONTEXT_LABEL: digest}, stream=True, encoding="identity",
                 )
@@ -361,9 +399,9 @@ class DockerRuntime:
         raise BuildFailed(f"docker build failed: {error}" + (f" (last lines: {tail})"
                                                               if tail else ""))
 
-    def _touch(self, tag: str) -> None:
-        """Remember when an image was last used, for `anvil gc --images` (LRU)."""
-        touch_image(self.cache_dir, tag)
+    async def _touch(self, tag: str) -> None:
+        """Record the image as this home's, used now: for `anvil gc --images` (LRU)."""
+        await anyio.to_thread.run_sync(touch_image, self.cache_dir, tag)
 
     # -- start / stop --------------------------------------------------------
 
@@ -378,7 +416,8 @@ class DockerRuntime:
         config: dict[str, Any] = {
             "Image": artifact.tag,
             "Env": [f"{k}={v}" for k, v in {**request.env, "PORT": str(request.port)}.items()],
-            "Labels": {**request.labels, OWNER_LABEL: self.owner},
+            "Labels": {**request.labels, OWNER_LABEL: self.owner,
+                       **({SCOPE_LABEL: self.scope} if self.scope else {})},
             "ExposedPorts": {port_key: {}},
             "HostConfig": {
                 "PortBindings": {port_key: [{"HostIp": "127.0.0.1", "HostPort": ""}]},
@@ -435,24 +474,32 @@ class DockerRuntime:
 
     async def _follow_logs(self, container: Any, instance: DockerInstance, cap: int) -> None:
         assert instance.log_path is not None
-        written = 0
         with contextlib.suppress(OSError, aiohttp.ClientError, DockerError), \
                 _setting(instance.logs_done):
-            async with await FileWriteStream.from_path(instance.log_path, append=True) as out:
+            async with await AsyncCappedLog.open(instance.log_path, cap) as log:
                 async for line in container.log(stdout=True, stderr=True, follow=True):
-                    if written >= cap:
-                        continue
-                    data = line.encode("utf-8", "replace")[: cap - written]
-                    written += len(data)
-                    await out.send(data)
-                    if written >= cap:
-                        await out.send(f"\n[anvil: log capped at {cap} bytes]\n".encode())
+                    await log.write(line.encode("utf-8", "replace"))
+
+    async def release(self, artifact: Artifact) -> None:
+        """Nothing per evaluation: the image is the content-addressed cache (LRU by gc)."""
 
     async def stop(self, instance: Instance) -> None:
         assert isinstance(instance, DockerInstance) and self.docker is not None
-        docker = self.docker
         instance.stopped = True
-        container = docker.containers.container(instance.container_id)
+        try:
+            await self._remove(instance)
+        except BaseException:
+            # Cut short by the teardown deadline or a cancel: the runtime finishes the
+            # removal itself, so the container does not live on until the lease runs out.
+            if instance.container_id in self._instances and self._tg is not None:
+                # RuntimeError: the runtime is closed already; its exit removed leftovers.
+                with contextlib.suppress(RuntimeError):
+                    self._tg.start_soon(self._remove_later, instance)
+            raise
+
+    async def _remove(self, instance: DockerInstance) -> None:
+        assert self.docker is not None
+        container = self.docker.containers.container(instance.container_id)
         try:
             await self._api(f"remove {instance.name}",
                             lambda: container.delete(force=True, v=True))
@@ -461,6 +508,12 @@ class DockerRuntime:
                 raise HarnessError(f"Docker API remove {instance.name}: {exc.message}") from exc
         instance.mark_exited(ExitInfo(None, "stopped"))
         self._instances.pop(instance.container_id, None)
+
+    async def _remove_later(self, instance: DockerInstance) -> None:
+        # Shielded: closing the runtime cancels its task group, and waits for this.
+        with anyio.move_on_after(self.api_timeout, shield=True):
+            with contextlib.suppress(HarnessError):
+                await self._remove(instance)
 
 
 @contextlib.contextmanager
@@ -482,6 +535,11 @@ def _is_missing_base(error: str) -> bool:
     return any(s in lowered for s in ("pull access denied", "manifest unknown",
                                       "failed to resolve", "no such host",
                                       "repository does not exist", "dial tcp"))
+
+
+def _scratch_file(folder: Path) -> IO[bytes]:
+    """An unnamed file in ``folder``, gone when closed (or when anvil dies)."""
+    return tempfile.TemporaryFile(prefix="anvil-context-", dir=folder)
 
 
 async def _append(path: Path, text: str) -> None:
