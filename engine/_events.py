@@ -11,12 +11,14 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from ._oracle import ItemResult
@@ -95,6 +97,15 @@ class PhaseFinished(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class ItemStarted(Event):
+    """An oracle item began (``ts`` is when, by the oracle process's clock): calls the
+    service makes from now until the next item are attributed to it."""
+
+    evaluation_id: str
+    nodeid: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class ItemFinished(Event):
     evaluation_id: str
     item: ItemResult
@@ -122,7 +133,12 @@ class EvaluationFinished(Event):
 
     @property
     def items_failed(self) -> int:
-        return sum(1 for i in self.items if not i.passed)
+        """Failed or errored items (a skipped item is neither passed nor failed)."""
+        return sum(1 for i in self.items if i.failed)
+
+    @property
+    def items_skipped(self) -> int:
+        return sum(1 for i in self.items if not i.passed and not i.failed)
 
     def summary(self) -> dict[str, Any]:
         """The JSON object ``anvil run --json`` prints for a finished evaluation."""
@@ -136,37 +152,80 @@ class EvaluationFinished(Event):
             "reason": self.reason,
             "items_passed": self.items_passed,
             "items_failed": self.items_failed,
+            "items_skipped": self.items_skipped,
             "failed_items": [
-                {"nodeid": i.nodeid, "category": i.category, "message": i.message}
+                {"nodeid": i.nodeid, "category": i.category, "outcome": i.outcome.value,
+                 "message": i.message}
                 for i in self.items
-                if not i.passed
+                if i.failed
             ],
             "duration_s": round(self.duration_s, 3),
             "attempt": self.attempt,
         }
 
 
+log = logging.getLogger("anvil.engine")
+
+
 class EventBus:
-    """Fans events out to subscribers, each with its own bounded stream."""
+    """Fans events out to subscribers, each with its own bounded stream.
+
+    Publishing never waits on a subscriber: runs publish verdicts under shielded
+    cancel scopes, so one stuck reader (a paused pager on stdout, a locked
+    database) must not hold the run. The policy is **drop and count**: when a
+    subscriber's buffer is full, that subscriber misses the event, the loss is
+    counted in :attr:`dropped` and logged once per subscriber, and every other
+    subscriber still gets it. A subscriber whose stream was closed (it finished
+    or crashed) is detached for good.
+    """
 
     def __init__(self, buffer: int = 10_000) -> None:
         self._buffer = buffer
-        self._senders: list[MemoryObjectSendStream[Event]] = []
+        self._senders: dict[str, MemoryObjectSendStream[Event]] = {}
+        self.dropped: dict[str, int] = {}  # subscriber name -> events it missed
+        self._count = 0
 
-    def subscribe(self) -> MemoryObjectReceiveStream[Event]:
-        send, receive = anyio.create_memory_object_stream[Event](self._buffer)
-        self._senders.append(send)
+    def subscribe(
+        self, name: str | None = None, buffer: float | None = None
+    ) -> MemoryObjectReceiveStream[Event]:
+        """A new subscriber's stream; ``name`` identifies it in logs and :attr:`dropped`."""
+        self._count += 1
+        name = name or f"subscriber-{self._count}"
+        if name in self._senders:
+            name = f"{name}-{self._count}"
+        send, receive = anyio.create_memory_object_stream[Event](
+            self._buffer if buffer is None else buffer)
+        self._senders[name] = send
         return receive
 
+    @property
+    def subscribers(self) -> list[str]:
+        """Names of the subscribers still attached."""
+        return list(self._senders)
+
     async def publish(self, event: Event) -> None:
-        for send in self._senders:
+        """Hand ``event`` to every attached subscriber without waiting on any of them.
+
+        Cancellation is honoured only before delivery: an event is given to all
+        subscribers or to none.
+        """
+        await anyio.lowlevel.checkpoint_if_cancelled()
+        for name, send in list(self._senders.items()):
             try:
-                await send.send(event)
+                send.send_nowait(event)
+            except anyio.WouldBlock:
+                missed = self.dropped.get(name, 0) + 1
+                self.dropped[name] = missed
+                if missed == 1:
+                    log.warning("event subscriber %s is not keeping up: dropping its events",
+                                name)
             except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-                pass  # a subscriber that went away does not stop the run
+                send.close()  # it left: the run goes on without it
+                del self._senders[name]
+        await anyio.lowlevel.cancel_shielded_checkpoint()  # let subscribers drain
 
     def close(self) -> None:
         """End every subscriber's stream once it has drained."""
-        for send in self._senders:
+        for send in self._senders.values():
             send.close()
         self._senders.clear()

@@ -7,6 +7,7 @@ phase that failed and by item category.
 
 from __future__ import annotations
 
+import io
 import json
 import socket
 import xml.etree.ElementTree as ET
@@ -14,14 +15,18 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ._store import EvaluationRecord, ItemRecord, RunRecord, Store
 
-FORMATS = ("table", "json", "ctrf", "junit")
+Format = Literal["table", "json", "ctrf", "junit"]
+FORMATS: tuple[str, ...] = get_args(Format)
+
+WIDE = 100_000  # columns of a table that goes to a file or a pipe: no row is wrapped or cut
 
 
 @dataclass
@@ -32,7 +37,8 @@ class TaskScore:
     failed: int = 0
     errors: int = 0
     items_passed: int = 0
-    items_total: int = 0
+    items_total: int = 0  # items judged: passed, failed or errored
+    items_skipped: int = 0  # neither passed nor failed: never counted as passed
     by_phase: Counter[str] = field(default_factory=Counter)
     by_category: Counter[str] = field(default_factory=Counter)
 
@@ -63,6 +69,7 @@ class Scoreboard:
             total.errors += t.errors
             total.items_passed += t.items_passed
             total.items_total += t.items_total
+            total.items_skipped += t.items_skipped
             total.by_phase.update(t.by_phase)
             total.by_category.update(t.by_category)
         return total
@@ -85,21 +92,34 @@ def scoreboard(store: Store, run: RunRecord) -> Scoreboard:
         elif ev.verdict == "error":
             score.errors += 1
         for item in items[ev.id]:
+            if item.outcome == "skipped":
+                score.items_skipped += 1
+                continue
             score.items_total += 1
-            if item.outcome in ("passed", "skipped"):
+            if item.outcome == "passed":
                 score.items_passed += 1
             else:
                 score.by_category[item.category or "uncategorized"] += 1
     return Scoreboard(run, evaluations, dict(items), list(scores.values()))
 
 
-def render_report(store: Store, run: RunRecord, fmt: str, console: Console | None) -> str | None:
-    """Render ``fmt``; ``table`` prints to ``console``, the others return text."""
+def render_report(
+    store: Store, run: RunRecord, fmt: str, console: Console | None = None
+) -> str | None:
+    """Render ``fmt`` as text; a ``table`` given a ``console`` is printed there instead.
+
+    A table rendered as text (for a file) is as wide as its longest row: no
+    reason is cut or wrapped.
+    """
     board = scoreboard(store, run)
     if fmt == "table":
-        assert console is not None
-        _print_table(board, console)
-        return None
+        if console is not None:
+            _print_table(board, console)
+            return None
+        buffer = io.StringIO()
+        _print_table(board, Console(file=buffer, width=WIDE, color_system=None,
+                                    force_terminal=False, highlight=False))
+        return "\n".join(line.rstrip() for line in buffer.getvalue().splitlines()) + "\n"
     if fmt == "json":
         return json.dumps(_as_json(board), indent=2) + "\n"
     if fmt == "ctrf":
@@ -115,24 +135,27 @@ def _pct(x: float) -> str:
 
 def _print_table(board: Scoreboard, console: Console) -> None:
     run = board.run
-    console.print(f"run [bold]{run.id}[/] ({run.status}, {run.runtime} runtime)")
-    evals = Table("task", "submission", "verdict", "phase", "items", "reason")
+    console.print(f"run [bold]{escape(run.id)}[/] ({run.status}, {escape(run.runtime)} runtime)")
+    evals = Table("task", "submission", "verdict", "phase", "items")
+    evals.add_column("reason", overflow="fold")  # wraps inside its cell on a terminal, never cut
     for ev in board.evaluations:
         style = {"pass": "green", "fail": "red", "error": "yellow"}.get(ev.verdict or "", "dim")
+        items = f"{ev.items_passed}/{ev.items_passed + ev.items_failed}"
+        if ev.items_skipped:
+            items += f" ({ev.items_skipped} skipped)"
         evals.add_row(
-            ev.task_id, Path(ev.submission).name, f"[{style}]{ev.verdict or ev.status}[/]",
-            ev.phase or "", f"{ev.items_passed}/{ev.items_passed + ev.items_failed}",
-            ev.reason[:80],
+            escape(ev.task_id), escape(Path(ev.submission).name),
+            f"[{style}]{ev.verdict or ev.status}[/]", ev.phase or "", items, escape(ev.reason),
         )
     console.print(evals)
     scores = Table("task", "solved", "success", "item pass rate", "errors",
                    "failed by phase", "failed items by category")
     for t in [*board.tasks, board.total] if len(board.tasks) > 1 else board.tasks:
         scores.add_row(
-            t.task, f"{t.passed}/{t.passed + t.failed}", _pct(t.success_rate),
+            escape(t.task), f"{t.passed}/{t.passed + t.failed}", _pct(t.success_rate),
             _pct(t.item_pass_rate), str(t.errors),
             ", ".join(f"{k} {v}" for k, v in sorted(t.by_phase.items())) or "-",
-            ", ".join(f"{k} {v}" for k, v in t.by_category.most_common()) or "-",
+            escape(", ".join(f"{k} {v}" for k, v in t.by_category.most_common())) or "-",
         )
     console.print(scores)
 
@@ -142,7 +165,7 @@ def _score_json(t: TaskScore) -> dict[str, Any]:
         "task": t.task, "evaluations": t.evaluations, "passed": t.passed, "failed": t.failed,
         "errors": t.errors, "success_rate": round(t.success_rate, 4),
         "items_passed": t.items_passed, "items_total": t.items_total,
-        "item_pass_rate": round(t.item_pass_rate, 4),
+        "items_skipped": t.items_skipped, "item_pass_rate": round(t.item_pass_rate, 4),
         "failed_by_phase": dict(t.by_phase), "failed_items_by_category": dict(t.by_category),
     }
 
@@ -159,7 +182,7 @@ def _as_json(board: Scoreboard) -> dict[str, Any]:
             {"evaluation_id": ev.id, "task": ev.task_id, "submission": ev.submission,
              "verdict": ev.verdict, "phase": ev.phase, "reason": ev.reason,
              "items_passed": ev.items_passed, "items_failed": ev.items_failed,
-             "duration_s": ev.duration_s,
+             "items_skipped": ev.items_skipped, "duration_s": ev.duration_s,
              "failed_items": [
                  {"nodeid": i.nodeid, "category": i.category, "message": i.message}
                  for i in board.items.get(ev.id, []) if i.outcome not in ("passed", "skipped")

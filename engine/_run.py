@@ -8,8 +8,11 @@ outer task group so they see every event, even when the run is cancelled.
 from __future__ import annotations
 
 import logging
+import math
+import os
 import secrets
 import shutil
+import socket
 import sys
 import tempfile
 import time
@@ -31,7 +34,7 @@ from ._events import (
     RunFinished,
     RunStarted,
 )
-from ._lifecycle import DEFAULT_LOG_CAP, Evaluation, Lifecycle, Limits
+from ._lifecycle import DEFAULT_LOG_CAP, AttachmentFactory, Evaluation, Lifecycle, Limits
 from ._reaper import owner_env
 from ._store import Store
 from ._task import Task, load_task
@@ -61,26 +64,45 @@ def new_run_id() -> str:
 
 
 def find_submissions(folder: Path) -> list[Path]:
-    """``folder`` itself when it has a Dockerfile, else each non-hidden subfolder."""
+    """``folder`` itself when it has a Dockerfile, else each non-hidden subfolder.
+
+    A subfolder without a Dockerfile is still a submission: it fails at build,
+    which is its author's fault, not a reason to skip it.
+    """
     if (folder / "Dockerfile").is_file():
         return [folder]
     return sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith((".", "_")))
 
 
-def plan(task_paths: Sequence[Path], submissions: Path) -> tuple[list[Planned], list[str]]:
-    """Pair tasks with submissions; return the plan and the problems found on the way.
+@dataclass
+class Plan:
+    """What :func:`plan` found: the evaluations to do and what stands in the way."""
 
-    A task that does not load still gets its evaluations (they end in ``error``
-    with the task's problem); a task with no submissions is a problem line.
+    evaluations: list[Planned]
+    problems: list[str]  # lines for the human: tasks that do not load, tasks left out
+    without_submissions: list[str]  # ids of tasks no submission was found for
+
+
+def plan(task_paths: Sequence[Path], submissions: Path) -> Plan:
+    """Pair tasks with submissions.
+
+    ``submissions`` is one submission (it has a Dockerfile: every task gets it)
+    or a folder of submission folders; with several tasks, ``submissions/<task
+    id>/`` is that task's folder of submissions. A task that does not load still
+    gets its evaluations (they end in ``error`` with the task's problem); a task
+    with no submissions is a problem line and is named in ``without_submissions``.
 
     Raises:
-        InputError: ``submissions`` does not exist.
+        InputError: ``submissions`` or a task folder does not exist.
     """
     if not submissions.is_dir():
         raise InputError(submissions, "no such submissions folder")
-    problems: list[str] = []
-    planned: list[Planned] = []
     task_paths = list(dict.fromkeys(p.resolve() for p in task_paths))  # named twice: once
+    for path in task_paths:
+        if not path.is_dir():
+            raise InputError(path, "no such task folder")
+    single = (submissions / "Dockerfile").is_file()
+    result = Plan([], [], [])
     for path in task_paths:
         task: Task | None = None
         problem: str | None = None
@@ -88,21 +110,23 @@ def plan(task_paths: Sequence[Path], submissions: Path) -> tuple[list[Planned], 
             task = load_task(path)
         except TaskFormatError as exc:
             problem = str(exc)
-            problems.append(problem)
+            result.problems.append(problem)
         task_id = task.id if task else path.name
         base = submissions
         nested = submissions / task_id
-        if nested.is_dir() and not (submissions / "Dockerfile").is_file():
+        if not single and nested.is_dir():
             base = nested
-        elif len(task_paths) > 1:
-            problems.append(f"{nested}: no submissions for task {task_id}")
+        elif not single and len(task_paths) > 1:
+            result.problems.append(f"{nested}: no submissions for task {task_id}")
+            result.without_submissions.append(task_id)
             continue
         found = find_submissions(base)
         if not found:
-            problems.append(f"{base}: no submissions (no Dockerfile, no subfolders)")
+            result.problems.append(f"{base}: no submissions (no Dockerfile, no subfolders)")
+            result.without_submissions.append(task_id)
         for sub in found:
-            planned.append(Planned(path, sub.resolve(), task, problem))
-    return planned, problems
+            result.evaluations.append(Planned(path, sub.resolve(), task, problem))
+    return result
 
 
 @dataclass
@@ -111,8 +135,11 @@ class RunSettings:
     concurrency: int = 4
     build_slots: int | None = None
     log_cap: int = DEFAULT_LOG_CAP
-    retries: int = 1  # extra attempts for an ``error`` verdict
+    retries: int = 1  # extra attempts for a transient ``error`` verdict
+    retry_delay: float = 1.0  # seconds before another attempt: a transient fault may pass
     options: dict[str, Any] = field(default_factory=dict)  # recorded for --resume
+    attachments: Sequence[AttachmentFactory] = ()  # mock fabric, proxy: see Attachment
+    store_attempts: int = 6  # a store write that fails is retried with backoff, not dropped
 
 
 class Runner:
@@ -126,6 +153,8 @@ class Runner:
         self._scope: anyio.CancelScope | None = None
         self.interrupted = False
         self.results: list[EvaluationFinished] = []
+        self.owner = f"{socket.gethostname()}:{os.getpid()}"
+        self.skipped: list[str] = []  # evaluations another live anvil holds
 
     def cancel(self) -> None:
         """Stop the run (e.g. on Ctrl-C): evaluations tear down, subscribers drain."""
@@ -175,8 +204,10 @@ class Runner:
         run_dir.mkdir(parents=True, exist_ok=True)
         limits = Limits.for_concurrency(self.settings.concurrency, self.settings.build_slots)
         started = time.monotonic()
-        streams = [self.bus.subscribe() for _ in subscribers]
-        store_stream = self.bus.subscribe()
+        streams = [self.bus.subscribe(getattr(s, "__qualname__", None)) for s in subscribers]
+        # The store must never miss an event: its stream is unbounded (memory grows only
+        # while the database is slower than the run, and retried writes catch up).
+        store_stream = self.bus.subscribe("store", buffer=math.inf)
         async with anyio.create_task_group() as outer:
             outer.start_soon(self._write_store, store_stream)
             for subscriber, stream in zip(subscribers, streams, strict=True):
@@ -222,7 +253,12 @@ class Runner:
         )
         attempts = 1 + self.settings.retries
         for attempt in range(1, attempts + 1):
-            lifecycle = Lifecycle(evaluation, self.runtime, self.bus, limits, self.settings.log_cap)
+            if not await self._claim(evaluation_id, planned.task.lease_seconds()):
+                return
+            if attempt > 1:
+                await anyio.sleep(self.settings.retry_delay)
+            lifecycle = Lifecycle(evaluation, self.runtime, self.bus, limits,
+                                  self.settings.log_cap, self.settings.attachments)
             try:
                 finished = await lifecycle.run(attempt, final=attempt == attempts)
             except Exception as exc:  # noqa: BLE001 - one evaluation never takes the run down
@@ -238,15 +274,38 @@ class Runner:
                 self.results.append(finished)
                 return
 
+    async def _claim(self, evaluation_id: str, lease_seconds: float) -> bool:
+        """Claim (or renew the claim on) an evaluation; False when another anvil holds it."""
+        try:
+            claimed = await anyio.to_thread.run_sync(
+                self.store.claim, evaluation_id, self.owner, lease_seconds + 60)
+        except HarnessError as exc:
+            log.error("store: cannot claim %s: %s", evaluation_id, exc)
+            claimed = True  # the store is down: scoring goes on, the event log keeps it all
+        if not claimed:
+            self.skipped.append(evaluation_id)
+            await self.bus.publish(Notice(
+                message=f"{evaluation_id}: skipped, another anvil is running it"))
+        return claimed
+
     async def _write_store(self, stream: MemoryObjectReceiveStream[Event]) -> None:
         writer = anyio.CapacityLimiter(1)
         async with stream:
             async for event in stream:
-                try:
-                    await anyio.to_thread.run_sync(self.store.apply, event, limiter=writer)
-                except HarnessError as exc:
-                    # The event log still has it; the run goes on.
-                    log.error("store: %s", exc)
+                delay = 0.1
+                for attempt in range(1, self.settings.store_attempts + 1):
+                    try:
+                        await anyio.to_thread.run_sync(self.store.apply, event, limiter=writer)
+                        break
+                    except HarnessError as exc:
+                        if attempt == self.settings.store_attempts:
+                            # The event log still has it; the run goes on.
+                            log.error("store: %s (gave up after %d attempts)", exc, attempt)
+                            break
+                        log.warning("store: %s; retrying in %.1fs", exc, delay)
+                        with anyio.CancelScope(shield=True):
+                            await anyio.sleep(delay)
+                        delay = min(delay * 2, 2.0)
 
 
 def _slug(position: int, planned: Planned) -> str:

@@ -2,26 +2,39 @@
 
 from __future__ import annotations
 
+import enum
 import logging
 import os
 import signal
 import sys
-from collections.abc import Awaitable, Callable
+import traceback
+from collections.abc import Awaitable, Callable, Sequence
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as dist_version
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import anyio
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ._errors import AnvilError, InputError, RuntimeUnavailable, TaskFormatError
 from ._events import EvaluationFinished
 from ._reaper import reap_orphans
-from ._report import FORMATS, render_report
+from ._report import Format, render_report
 from ._run import Planned, Runner, RunSettings, evaluate_once, plan
-from ._store import Store, default_url
-from ._subscribers import event_log, json_lines, progress_display
+from ._skeleton import write_skeleton
+from ._store import EvaluationRecord, Store, default_url
+from ._subscribers import (
+    STYLE,
+    event_log,
+    json_lines,
+    plural,
+    progress_display,
+    stderr_console,
+)
 from ._task import discover_tasks, load_task
 from ._taskcheck import check_task
 from .runtimes import cache_dir, make_runtime, runtime_names
@@ -37,28 +50,68 @@ from .types import Verdict
 
 T = TypeVar("T")
 
-EXIT_OK, EXIT_ERROR_VERDICT, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+class ExitCode(enum.IntEnum):
+    """What the exit status of every anvil command means (listed in ``anvil --help``)."""
+
+    OK = 0  # done; `run`: every evaluation got a verdict, pass or fail
+    FAILED = 1  # what was judged did not pass: `verify` (the submission), `tasks check`
+    USAGE = 2  # bad arguments or input (click uses 2 for its own usage errors too)
+    ERROR = 3  # anvil could not judge: an evaluation ended in `error`, no runtime, no store
+    INCOMPLETE = 4  # `run`: part of what was asked was not evaluated (a task without submissions)
+    INTERRUPTED = 130  # Ctrl-C or SIGTERM: `anvil run --resume RUN_ID` goes on
+
+
+EXIT_CODES = """Exit codes (every command):
+
+\b
+  0    ok: done; `run`: every evaluation got a verdict (pass or fail)
+  1    failed: `verify`: the submission failed; `tasks check`: a check failed
+  2    usage: bad arguments or input (a missing folder, an unknown run id, ...)
+  3    error: anvil could not judge (an evaluation ended in error, no runtime, no store)
+  4    incomplete: `run`: a task had no submissions or an evaluation was not done
+  130  interrupted: finished evaluations are kept; `anvil run --resume RUN_ID` goes on
+"""
 
 app = typer.Typer(
     help="Score candidate backend services against hidden HTTP oracles.",
+    epilog=EXIT_CODES,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain help: flags without `<bool>`, nothing boxed or cut
 )
-tasks_app = typer.Typer(help="List and check task packages.", no_args_is_help=True)
+tasks_app = typer.Typer(help="List, check and create task packages.", no_args_is_help=True,
+                        rich_markup_mode=None)
 app.add_typer(tasks_app, name="tasks")
-docker_app = typer.Typer(help="Docker runtime set-up.", no_args_is_help=True)
+docker_app = typer.Typer(help="Docker runtime set-up.", no_args_is_help=True,
+                         rich_markup_mode=None)
 app.add_typer(docker_app, name="docker")
 
-err = Console(stderr=True)
+err = stderr_console()
+RUNTIMES = runtime_names()
+
+
+def _runtime_choice(value: str) -> str:
+    if value not in RUNTIMES:
+        raise typer.BadParameter(f"{value!r} is not one of {', '.join(RUNTIMES)}")
+    return value
+
+
+RuntimeOpt = Annotated[str, typer.Option(
+    "--runtime", metavar="<" + "|".join(RUNTIMES) + ">", callback=_runtime_choice,
+    help="Where services run; auto: docker when a daemon answers, else process.",
+)]
 
 HomeOpt = Annotated[
     Path,
-    typer.Option("--home", envvar="ANVIL_HOME", help="Folder for runs, logs, caches and the db."),
+    typer.Option("--home", envvar="ANVIL_HOME", metavar="DIR",
+                 help="Folder for runs, logs, caches and the db."),
 ]
 DbOpt = Annotated[
     str | None,
-    typer.Option("--db", envvar="ANVIL_DB",
+    typer.Option("--db", envvar="ANVIL_DB", metavar="URL",
                  help="SQLAlchemy URL of the store [default: sqlite:///HOME/anvil.db]."),
 ]
 
@@ -86,9 +139,33 @@ def _run_async(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         raise found from None
 
 
-def _fail(message: str, code: int = EXIT_USAGE) -> typer.Exit:
-    err.print(f"[red]error:[/] {message}", highlight=False)
+def _fail(message: str, code: ExitCode = ExitCode.USAGE) -> typer.Exit:
+    err.print(f"[red]error:[/] {escape(message)}")
     return typer.Exit(code)
+
+
+def _code_of(exc: AnvilError) -> ExitCode:
+    """Bad input is the user's to fix (usage); anything else kept anvil from judging."""
+    return ExitCode.USAGE if isinstance(exc, InputError) else ExitCode.ERROR
+
+
+def _version(value: bool) -> None:
+    if value:
+        try:
+            number = dist_version("anvil-harness")
+        except PackageNotFoundError:
+            number = "unknown (not installed)"
+        print(f"anvil {number}")
+        raise typer.Exit(ExitCode.OK)
+
+
+@app.callback()
+def _main(
+    version: Annotated[bool, typer.Option(
+        "--version", is_eager=True, callback=_version, help="Print anvil's version and exit.",
+    )] = False,
+) -> None:
+    """Score candidate backend services against hidden HTTP oracles."""
 
 
 def _open_store(home: Path, db: str | None) -> Store:
@@ -98,19 +175,21 @@ def _open_store(home: Path, db: str | None) -> Store:
 @app.command()
 def run(
     tasks: Annotated[list[Path] | None, typer.Argument(
-        help="Task folders (task.toml, or BackendForge style with tests/).", show_default=False,
+        metavar="TASK", show_default=False,
+        help="Task folders (task.toml, or BackendForge style with tests/).",
     )] = None,
     submissions: Annotated[Path | None, typer.Option(
-        "--submissions", "-s",
+        "--submissions", "-s", metavar="DIR",
         help="One submission (has a Dockerfile) or a folder of submission folders; "
              "with several tasks, DIR/<task-id>/ is looked up the same way.",
     )] = None,
-    runtime: Annotated[str, typer.Option(help=f"One of {', '.join(runtime_names())}.")] = "auto",
+    runtime: RuntimeOpt = "auto",
     concurrency: Annotated[int, typer.Option(
-        min=1, help="Services running at once (builds and oracle runs have their own limits).",
+        min=1, metavar="N",
+        help="Services running at once (builds and oracle runs have their own limits).",
     )] = 4,
     resume: Annotated[str | None, typer.Option(
-        help="Finish an interrupted run: redo only its unfinished evaluations.",
+        metavar="RUN_ID", help="Finish an interrupted run: redo only its unfinished evaluations.",
     )] = None,
     json_output: Annotated[bool, typer.Option(
         "--json", help="JSON Lines on stdout, one object per finished evaluation.",
@@ -120,27 +199,30 @@ def run(
 ) -> None:
     """Evaluate submissions against tasks and print each verdict.
 
-    Exit code 0 when every evaluation got a verdict (pass or fail), 1 when any
-    ended in error (a harness fault), 130 when interrupted (resume with --resume).
+    Ends with the totals of the whole run and a short summary of what did not
+    pass: the failed items and each evaluation's folder of logs. Exit code 0
+    when every evaluation got a verdict (pass or fail), 3 when one ended in
+    error, 4 when a task had no submissions, 130 when interrupted.
     """
     if resume is None and (not tasks or submissions is None):
         raise _fail("give TASK... and --submissions DIR, or --resume RUN_ID")
     try:
         code = _run_async(_run, tasks or [], submissions, runtime, concurrency, resume,
-                         json_output, home, db)
+                          json_output, home, db)
     except AnvilError as exc:
-        raise _fail(str(exc)) from None
+        raise _fail(str(exc), _code_of(exc)) from None
     raise typer.Exit(code)
 
 
 async def _run(
     task_paths: list[Path], submissions: Path | None, runtime_name: str, concurrency: int,
     resume: str | None, json_output: bool, home: Path, db: str | None,
-) -> int:
+) -> ExitCode:
     home = home.resolve()
     store = _open_store(home, db)
     notices: list[str] = []
     planned: list[Planned] = []
+    without_submissions: list[str] = []
     if resume:
         record = store.run(resume)
         if record is None:
@@ -151,14 +233,16 @@ async def _run(
         concurrency = options.get("concurrency", concurrency)
     else:
         assert submissions is not None
-        planned, notices = plan(task_paths, submissions)
+        found = plan(task_paths, submissions)
+        planned, notices = found.evaluations, found.problems
+        without_submissions = found.without_submissions
         if not planned:
             raise InputError(submissions, "nothing to evaluate: " + "; ".join(notices))
     reaped = reap_orphans()
     if reaped:
-        err.print(f"reaped {len(reaped)} processes left by a killed anvil")
+        err.print(f"reaped {plural(len(reaped), 'process')} left by a killed anvil")
     runtime, which = await make_runtime(runtime_name, home)
-    err.print(which)
+    err.print(escape(which))
     settings = RunSettings(home=home, concurrency=concurrency, options={
         "tasks": [str(p.resolve()) for p in task_paths],
         "submissions": str(submissions.resolve()) if submissions else None,
@@ -172,18 +256,31 @@ async def _run(
             progress_display(err),
         ]
         if json_output:
-            subscribers.append(json_lines(sys.stdout))
+            subscribers.append(json_lines(on_closed=_warn))
         async with anyio.create_task_group() as tg:
             tg.start_soon(_cancel_on_signal, runner)
             results = await runner.execute(run_id, subscribers, notices)
             tg.cancel_scope.cancel()
+    rows = await anyio.to_thread.run_sync(store.evaluations, run_id)
     store.close()
     if runner.interrupted:
-        return EXIT_INTERRUPTED
-    _print_totals(results)
-    if any(r.verdict is Verdict.ERROR for r in results):
-        return EXIT_ERROR_VERDICT
-    return EXIT_OK
+        return ExitCode.INTERRUPTED
+    verdicts = {r.id: r.verdict for r in rows if r.status == "done"}
+    done_before = len(verdicts.keys() - {r.evaluation_id for r in results})
+    verdicts.update({r.evaluation_id: r.verdict.value for r in results})  # newer than the store
+    _print_summary(results, rows, home / "runs" / run_id)
+    _print_totals(run_id, verdicts, len(rows), done_before)
+    for task_id in without_submissions:
+        err.print(f"[red]not evaluated:[/] task {escape(task_id)} had no submissions")
+    if "error" in verdicts.values():
+        return ExitCode.ERROR
+    if without_submissions or len(verdicts) < len(rows):
+        return ExitCode.INCOMPLETE
+    return ExitCode.OK
+
+
+def _warn(message: str) -> None:
+    err.print(f"[yellow]{escape(message)}[/]")
 
 
 async def _cancel_on_signal(runner: Runner) -> None:
@@ -194,79 +291,167 @@ async def _cancel_on_signal(runner: Runner) -> None:
             runner.cancel()
 
 
-def _print_totals(results: list[EvaluationFinished]) -> None:
-    counts = {v: sum(1 for r in results if r.verdict is v) for v in Verdict}
-    err.print(" ".join(f"{v.value}={n}" for v, n in counts.items()))
+def _print_totals(run_id: str, verdicts: dict[str, str | None], evaluations: int,
+                  done_before: int) -> None:
+    """Totals of the whole run: what earlier invocations finished counts too."""
+    counts = " ".join(f"{v.value}={sum(1 for x in verdicts.values() if x == v.value)}"
+                      for v in Verdict)
+    notes = [plural(evaluations, "evaluation")]
+    if done_before:
+        notes.append(f"{done_before} done before this resume")
+    if len(verdicts) < evaluations:
+        notes.append(f"{evaluations - len(verdicts)} not finished")
+    err.print(f"{counts} ({', '.join(notes)}; run {run_id})")
+
+
+SUMMARY_ITEMS = 10  # failed items listed per evaluation; `anvil report` has them all
+
+
+def _print_summary(
+    results: Sequence[EvaluationFinished], rows: Sequence[EvaluationRecord], run_dir: Path
+) -> None:
+    """A pytest-like short summary: what did not pass, which items, where the logs are."""
+    positions = {r.id: r.position for r in rows}
+    bad = sorted((r for r in results if r.verdict is not Verdict.PASS),
+                 key=lambda r: positions.get(r.evaluation_id, 0))
+    if not bad:
+        return
+    err.print(f"[bold]short summary:[/] {len(bad)} of {plural(len(results), 'evaluation')} "
+              "did not pass")
+    for result in bad:
+        task, sub = escape(result.task), escape(Path(result.submission).name)
+        where = f" at {result.phase.value}" if result.phase else ""
+        err.print(f"[{STYLE[result.verdict]}]{result.verdict.value.upper()}[/] {task} {sub}"
+                  f"{where}: {escape(_one_line(result.reason))}")
+        failed = [i for i in result.items if i.failed]
+        for item in failed[:SUMMARY_ITEMS]:
+            category = f" [{item.category}]" if item.category else ""
+            message = _one_line(item.message) or item.outcome.value
+            err.print(f"  {item.outcome.value.upper()} {task} {sub} {escape(item.nodeid)}"
+                      f"{escape(category)} - {escape(message)}")
+        if len(failed) > SUMMARY_ITEMS:
+            err.print(f"  ... and {len(failed) - SUMMARY_ITEMS} more failed items "
+                      f"(anvil report {run_dir.name})")
+        position = positions.get(result.evaluation_id)
+        logs = sorted(run_dir.glob(f"{position:03d}-*")) if position is not None else []
+        if logs:
+            err.print(f"  logs: {escape(str(logs[0]))}")
+
+
+def _one_line(text: str, limit: int = 200) -> str:
+    """The first non-empty line of ``text``, at most ``limit`` characters."""
+    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 @app.command()
 def verify(
-    task: Annotated[Path, typer.Argument(help="The task folder.")],
-    submission: Annotated[Path, typer.Argument(help="The submission folder (has a Dockerfile).")],
-    runtime: Annotated[str, typer.Option(help=f"One of {', '.join(runtime_names())}.")] = "auto",
+    task: Annotated[Path, typer.Argument(metavar="TASK", help="The task folder.")],
+    submission: Annotated[Path, typer.Argument(
+        metavar="SUBMISSION", help="One submission folder (it has a Dockerfile).")],
+    runtime: RuntimeOpt = "auto",
     home: HomeOpt = Path(".anvil"),
 ) -> None:
-    """Self-verification: print SELF_VERIFY_PASS or SELF_VERIFY_FAIL phase=<phase>, nothing else.
+    """Self-verification: one line on stdout and nothing else.
 
-    Nothing about item names, assertions or requests is revealed. Exit code 0
-    on pass, 1 on fail, 2 when the harness could not judge.
+    Nothing about item names, assertions or requests is revealed.
+
+    \b
+    SELF_VERIFY_PASS                     exit 0
+    SELF_VERIFY_FAIL phase=<phase>       exit 1: the submission failed that phase
+    SELF_VERIFY_ERROR usage: <problem>   exit 2: bad arguments (e.g. a folder of submissions)
+    SELF_VERIFY_ERROR harness: <reason>  exit 3: anvil could not judge; not the submission's fault
     """
     logging.disable(logging.CRITICAL)
+    problem = _not_one_submission(submission)
+    if problem:
+        print(f"SELF_VERIFY_ERROR usage: {problem}")
+        raise typer.Exit(ExitCode.USAGE)
     try:
-        verdict, phase = _run_async(_verify, task, submission, runtime, home.resolve())
-    except AnvilError:
-        print("SELF_VERIFY_FAIL phase=error")
-        raise typer.Exit(EXIT_USAGE) from None
-    if verdict is Verdict.PASS:
+        result = _run_async(_verify, task, submission, runtime, home.resolve())
+    except InputError as exc:
+        print(f"SELF_VERIFY_ERROR usage: {_one_line(str(exc))}")
+        raise typer.Exit(ExitCode.USAGE) from None
+    except AnvilError as exc:
+        print(f"SELF_VERIFY_ERROR harness: {_one_line(str(exc))}")
+        raise typer.Exit(ExitCode.ERROR) from None
+    if result.verdict is Verdict.PASS:
         print("SELF_VERIFY_PASS")
-        raise typer.Exit(EXIT_OK)
-    print(f"SELF_VERIFY_FAIL phase={phase or 'error'}")
-    raise typer.Exit(EXIT_ERROR_VERDICT if verdict is Verdict.FAIL else EXIT_USAGE)
+        raise typer.Exit(ExitCode.OK)
+    phase = result.phase.value if result.phase else "error"
+    if result.verdict is Verdict.FAIL:
+        print(f"SELF_VERIFY_FAIL phase={phase}")
+        raise typer.Exit(ExitCode.FAILED)
+    # What went wrong inside the oracle can name hidden items: say only where it was.
+    why = ("the oracle could not run (details withheld)" if phase == "oracle"
+           else _one_line(result.reason))
+    print(f"SELF_VERIFY_ERROR harness: {why} (phase={phase})")
+    raise typer.Exit(ExitCode.ERROR)
+
+
+def _not_one_submission(folder: Path) -> str | None:
+    """Why ``folder`` is not one submission, or None; a folder without a Dockerfile but
+    with submission subfolders is a folder of submissions (a usage error, not a fail)."""
+    if not folder.is_dir():
+        return f"{folder}: no such submission folder"
+    if (folder / "Dockerfile").is_file():
+        return None
+    inside = sorted(p.name for p in folder.iterdir() if (p / "Dockerfile").is_file())
+    if inside:
+        return (f"{folder} is a folder of {plural(len(inside), 'submission')} "
+                f"({', '.join(inside[:3])}{', ...' if len(inside) > 3 else ''}); "
+                "verify takes one submission folder (with a Dockerfile)")
+    return None  # no Dockerfile at all: the submission's own fail at build
 
 
 async def _verify(
     task_path: Path, submission: Path, runtime_name: str, home: Path
-) -> tuple[Verdict, str | None]:
+) -> EvaluationFinished:
     task = load_task(task_path)
-    if not submission.is_dir():
-        raise InputError(submission, "no such submission folder")
     home.mkdir(parents=True, exist_ok=True)
     runtime, _ = await make_runtime(runtime_name, home)
     async with runtime:
-        result = await evaluate_once(task, submission, runtime, home)
-    return result.verdict, result.phase.value if result.phase else None
+        return await evaluate_once(task, submission, runtime, home)
 
 
 @app.command()
 def report(
-    run_id: Annotated[str, typer.Argument(help="A run id, or 'latest'.")] = "latest",
-    format: Annotated[str, typer.Option(
-        "--format", "-f", help=f"One of {', '.join(FORMATS)}.")] = "table",
+    run_id: Annotated[str, typer.Argument(
+        metavar="RUN_ID", help="A run id, or 'latest'.")] = "latest",
+    format: Annotated[Format, typer.Option("--format", "-f", help="Report format.")] = "table",
     output: Annotated[Path | None, typer.Option(
-        "--output", "-o", help="Write to this file instead of stdout.")] = None,
+        "--output", "-o", metavar="FILE",
+        help="Write to FILE (its folder is created) instead of stdout.")] = None,
     home: HomeOpt = Path(".anvil"),
     db: DbOpt = None,
 ) -> None:
-    """Scoreboard of a run: task-level success, item pass rate, failures by category and phase."""
-    if format not in FORMATS:
-        raise _fail(f"--format {format}: choose one of {', '.join(FORMATS)}")
+    """Scoreboard of a run: task-level success, item pass rate, failures by category and phase.
+
+    The table is as wide as the terminal (reasons wrap inside their cell); sent
+    to a file or a pipe, each row stays on one line.
+    """
     try:
         store = _open_store(home, db)
     except AnvilError as exc:
-        raise _fail(str(exc)) from None
+        raise _fail(str(exc), _code_of(exc)) from None
     record = store.run(run_id)
     if record is None:
         raise _fail(f"no run {run_id!r} in {store.url}")
-    if format == "table":
-        render_report(store, record, "table", Console())
+    if format == "table" and output is None and sys.stdout.isatty():
+        render_report(store, record, "table", Console(highlight=False))
         return
-    text = render_report(store, record, format, None)
+    text = render_report(store, record, format)
     assert text is not None
-    if output:
-        output.write_text(text, encoding="utf-8")
-        err.print(f"wrote {output}")
-    else:
+    if output is None:
         sys.stdout.write(text)
+        return
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        where = f" ({exc.filename}: {exc.strerror})" if exc.filename else f" ({exc})"
+        raise _fail(f"{output}: cannot write the report{where}") from None
+    err.print(f"wrote {escape(str(output))}")
 
 
 @tasks_app.command("list")
@@ -282,31 +467,53 @@ def tasks_list(
         try:
             task = load_task(path)
         except TaskFormatError as exc:
-            table.add_row(path.name, f"[red]{exc.problem}[/]", "", "", str(path))
+            table.add_row(escape(path.name), f"[red]{escape(exc.problem)}[/]", "", "",
+                          escape(str(path)))
             continue
         mocks = ", ".join(m.kind for m in task.config.mocks) or "-"
-        table.add_row(task.id, task.config.title, task.config.domain, mocks, str(path))
-    Console().print(table)
+        table.add_row(*(escape(cell) for cell in (task.id, task.config.title, task.config.domain,
+                                                   mocks, str(path))))
+    Console(highlight=False).print(table)
 
 
 @tasks_app.command("check")
 def tasks_check(
     tasks: Annotated[list[Path], typer.Argument(help="Task folders to check.")],
-    runtime: Annotated[str, typer.Option(help=f"One of {', '.join(runtime_names())}.")] = "auto",
+    runtime: RuntimeOpt = "auto",
     home: HomeOpt = Path(".anvil"),
 ) -> None:
-    """Check task packages: files exist and parse, the oracle collects, the reference passes."""
+    """Check task packages: files parse and validate (every problem on its own line, with
+    file and line), the oracle collects and marks each item's category, the reference
+    passes. What cannot be checked (no reference/, no task.toml) is said, not failed."""
+    marks = {"ok": "[green]ok[/]  ", "fail": "[red]FAIL[/]", "warn": "[yellow]warn[/]",
+             "skip": "[dim]skip[/]"}
     ok = True
     for path in tasks:
         try:
             checks = _run_async(check_task, path, runtime, home.resolve())
         except AnvilError as exc:
-            raise _fail(str(exc), EXIT_ERROR_VERDICT) from None
+            raise _fail(str(exc), _code_of(exc)) from None
         for check in checks:
-            mark = "[green]ok[/]  " if check.ok else "[red]FAIL[/]"
-            err.print(f"{mark} {path.name}: {check.name}: {check.detail}", highlight=False)
+            detail = escape(f"{path.resolve().name}: {check.name}: {check.detail}")
+            err.print(f"{marks[check.status]} {detail}", highlight=False)
             ok = ok and check.ok
-    raise typer.Exit(EXIT_OK if ok else EXIT_ERROR_VERDICT)
+    raise typer.Exit(ExitCode.OK if ok else ExitCode.FAILED)
+
+
+@tasks_app.command("new")
+def tasks_new(
+    task_id: Annotated[str, typer.Argument(
+        help="The new task's id: letters, digits, '_', '.', '-'.", show_default=False)],
+    root: Annotated[Path, typer.Option(help="Folder that holds task folders.")] = Path("tasks"),
+) -> None:
+    """Write a task skeleton ROOT/TASK_ID (task.toml, spec.md, openapi.yaml, oracle/ with one
+    example item per category, reference/) that `anvil tasks check` passes as written."""
+    try:
+        folder = write_skeleton(root, task_id)
+    except InputError as exc:
+        raise _fail(str(exc), ExitCode.USAGE) from None
+    err.print(f"wrote {escape(str(folder))}: edit spec.md, openapi.yaml, oracle/ and "
+              f"reference/, then run `anvil tasks check {escape(str(folder))}`", highlight=False)
 
 
 @app.command()
@@ -321,31 +528,36 @@ def gc(
     """Reap what a killed anvil left: processes, containers and networks whose owner is gone
     or whose lease expired."""
     try:
-        _run_async(_gc, images, parse_size(budget), everything, home.resolve())
-    except (AnvilError, ValueError) as exc:
-        raise _fail(str(exc)) from None
+        size = parse_size(budget)
+    except ValueError as exc:
+        raise _fail(f"--budget {budget}: {exc}") from None
+    try:
+        _run_async(_gc, images, size, everything, home.resolve())
+    except AnvilError as exc:
+        raise _fail(str(exc), _code_of(exc)) from None
 
 
 async def _gc(images: bool, budget: int, everything: bool, home: Path) -> None:
     reaped = reap_orphans()
     for orphan in reaped:
-        err.print(f"killed process group {orphan.pgid} (run {orphan.run_id}, owner {orphan.owner})")
-    err.print(f"reaped {len(reaped)} processes")
+        err.print(f"killed process group {orphan.pgid} "
+                  f"(run {escape(str(orphan.run_id))}, owner {escape(str(orphan.owner))})")
+    err.print(f"reaped {plural(len(reaped), 'process')}")
     try:
         docker = await docker_client()
     except RuntimeUnavailable as exc:
-        err.print(f"docker: skipped ({exc})")
+        err.print(f"docker: skipped ({escape(str(exc))})")
         return
     try:
         removed = await reap_docker(docker, everything=everything)
         for name in removed:
-            err.print(f"removed {name}")
-        err.print(f"reaped {len(removed)} containers and networks")
+            err.print(f"removed {escape(name)}")
+        err.print(f"reaped containers and networks: {len(removed)}")
         if images:
             gone = await gc_images(docker, cache_dir(home), budget)
             for tag, size in gone:
-                err.print(f"removed image {tag} ({size / 2**20:.0f} MiB)")
-            err.print(f"removed {len(gone)} images")
+                err.print(f"removed image {escape(tag)} ({size / 2**20:.0f} MiB)")
+            err.print(f"removed {plural(len(gone), 'image')}")
     finally:
         await docker.close()
 
@@ -362,7 +574,7 @@ def docker_bootstrap(
     try:
         result = _run_async(_bootstrap, force)
     except AnvilError as exc:
-        raise _fail(str(exc), EXIT_ERROR_VERDICT) from None
+        raise _fail(str(exc), _code_of(exc)) from None
     verb = "built" if result.built else "already there:"
     err.print(f"{verb} {', '.join(result.tags)} in {result.seconds:.1f}s")
 
@@ -370,7 +582,7 @@ def docker_bootstrap(
 async def _bootstrap(force: bool) -> BootstrapResult:
     docker = await docker_client()
     try:
-        return await bootstrap(docker, force=force, say=lambda m: err.print(m))
+        return await bootstrap(docker, force=force, say=lambda m: err.print(escape(m)))
     finally:
         await docker.close()
 
@@ -378,4 +590,8 @@ async def _bootstrap(force: bool) -> BootstrapResult:
 def main() -> None:
     if os.environ.get("ANVIL_DEBUG"):
         logging.basicConfig(level=logging.DEBUG)
-    app()
+    try:
+        app()
+    except Exception:  # a bug of ours: the traceback is for us; the exit code stays in the table
+        traceback.print_exc()
+        sys.exit(ExitCode.ERROR)
