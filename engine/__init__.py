@@ -21,11 +21,13 @@ if TYPE_CHECKING:
     from ._errors import ServiceExited as ServiceExited
     from ._errors import ServiceUnhealthy as ServiceUnhealthy
     from ._errors import TaskFormatError as TaskFormatError
+    from ._errors import Unsupported as Unsupported
     from ._events import EvaluationFinished as EvaluationFinished
     from ._events import EvaluationStarted as EvaluationStarted
     from ._events import Event as Event
     from ._events import EventBus as EventBus
     from ._events import ItemFinished as ItemFinished
+    from ._events import ItemStarted as ItemStarted
     from ._events import Notice as Notice
     from ._events import PhaseFinished as PhaseFinished
     from ._events import PhaseStarted as PhaseStarted
@@ -37,6 +39,7 @@ if TYPE_CHECKING:
     from ._lifecycle import Limits as Limits
     from ._oracle import ItemResult as ItemResult
     from ._oracle import run_oracle as run_oracle
+    from ._run import Plan as Plan
     from ._run import Planned as Planned
     from ._run import Runner as Runner
     from ._run import RunSettings as RunSettings
@@ -67,6 +70,7 @@ _WHERE = {
     "HealthProbe": "_lifecycle",
     "InputError": "_errors",
     "ItemFinished": "_events",
+    "ItemStarted": "_events",
     "ItemResult": "_oracle",
     "Lifecycle": "_lifecycle",
     "Limits": "_lifecycle",
@@ -76,6 +80,7 @@ _WHERE = {
     "Phase": "types",
     "PhaseFinished": "_events",
     "PhaseStarted": "_events",
+    "Plan": "_run",
     "Planned": "_run",
     "ProcessRuntime": "runtimes.process",
     "RunFinished": "_events",
@@ -90,6 +95,7 @@ _WHERE = {
     "Task": "_task",
     "TaskConfig": "_task",
     "TaskFormatError": "_errors",
+    "Unsupported": "_errors",
     "Verdict": "types",
     "evaluate_once": "_run",
     "load_task": "_task",
@@ -111,6 +117,7 @@ __all__ = [
     "HealthProbe",
     "InputError",
     "ItemFinished",
+    "ItemStarted",
     "ItemResult",
     "Lifecycle",
     "Limits",
@@ -120,6 +127,7 @@ __all__ = [
     "Phase",
     "PhaseFinished",
     "PhaseStarted",
+    "Plan",
     "Planned",
     "ProcessRuntime",
     "RunFinished",
@@ -134,6 +142,7 @@ __all__ = [
     "Task",
     "TaskConfig",
     "TaskFormatError",
+    "Unsupported",
     "Verdict",
     "evaluate_once",
     "load_task",

@@ -13,7 +13,12 @@ counted against the candidate).
     │   └── ServiceUnhealthy
     └── HarnessError            anvil's own fault or environment       -> ``error``
         ├── RuntimeUnavailable  no runtime can run services here
-        └── OracleBroken        the task's oracle cannot be collected or run
+        ├── Unsupported         a deterministic refusal: retrying cannot help
+        └── OracleBroken        the task's oracle cannot be collected or run (not retried)
+
+``HarnessError.transient`` says whether another attempt may succeed (a daemon
+hiccup, a full disk being cleaned) or not (an instruction the runtime cannot
+emulate, an oracle that does not import): only transient errors are retried.
 """
 
 from __future__ import annotations
@@ -85,6 +90,15 @@ class ServiceUnhealthy(CandidateFailure):
 class HarnessError(AnvilError):
     """anvil or its environment failed; the evaluation's verdict is ``error``."""
 
+    transient: bool = True  # another attempt may succeed
+
+
+class Unsupported(HarnessError):
+    """Something anvil deterministically cannot do (e.g. a Dockerfile instruction the
+    process runtime cannot emulate, a task's mocks no installed fabric serves)."""
+
+    transient = False
+
 
 class RuntimeUnavailable(HarnessError):
     """No runtime can run services on this machine (e.g. the Docker daemon is down)."""
@@ -92,3 +106,5 @@ class RuntimeUnavailable(HarnessError):
 
 class OracleBroken(HarnessError):
     """The task's oracle does not collect or crashed: the task's fault, not the candidate's."""
+
+    transient = False

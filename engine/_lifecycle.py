@@ -14,28 +14,46 @@ from __future__ import annotations
 import logging
 import time
 import traceback
-from collections.abc import AsyncIterator, Awaitable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import aiohttp
 import anyio
 
-from ._errors import AnvilError, CandidateFailure, HarnessError, ServiceExited, ServiceUnhealthy
+from ._errors import (
+    AnvilError,
+    CandidateFailure,
+    HarnessError,
+    ServiceExited,
+    ServiceUnhealthy,
+    Unsupported,
+)
 from ._events import (
     EvaluationFinished,
     EvaluationStarted,
     EventBus,
     ItemFinished,
+    ItemStarted,
     PhaseFinished,
     PhaseStarted,
 )
-from ._logs import tail_lines
+from ._logs import read_tail
 from ._oracle import ItemResult, run_oracle
 from ._task import Task
-from .types import BuildRequest, ExitInfo, Instance, Phase, Runtime, StartRequest, Verdict
+from .types import (
+    Artifact,
+    BuildRequest,
+    ExitInfo,
+    Instance,
+    Outcome,
+    Phase,
+    Runtime,
+    StartRequest,
+    Verdict,
+)
 
 log = logging.getLogger("anvil.engine")
 T = TypeVar("T")
@@ -72,12 +90,49 @@ class Evaluation:
     owner_env: dict[str, str] = field(default_factory=dict)  # marks processes for reaping
 
 
+class Attachment(Protocol):
+    """Something an evaluation acquires next to its service: mock instances, a proxy.
+
+    The lifecycle calls the hooks in phase order. Whatever an attachment acquires it
+    registers on ``stack``, the evaluation's exit stack: teardown closes it (shielded,
+    under the teardown deadline) whatever happened before, in reverse order of
+    acquisition, so nothing an evaluation holds outlives it.
+    """
+
+    #: The ``[[mocks]]`` kinds this attachment serves (the rest of a task's mocks is an error).
+    provides: frozenset[str]
+
+    async def startup(self, stack: AsyncExitStack, runtime: Runtime) -> Mapping[str, str]:
+        """Before the service starts: acquire endpoints; return env vars for the service.
+
+        ``runtime.listen_host`` is where to listen so that the service reaches it and
+        ``runtime.reachable_url`` turns an address on this machine into the service's view.
+        """
+        ...
+
+    async def wiring(self, stack: AsyncExitStack, base_url: str) -> tuple[str, Mapping[str, str]]:
+        """Once the service answers at ``base_url``: reset/seed/check what was acquired.
+
+        Returns the base URL the oracle should use (e.g. a recording proxy in front of
+        ``base_url``, or ``base_url`` itself) and env vars for the oracle process.
+        """
+        ...
+
+    async def item_started(self, nodeid: str) -> None:
+        """The oracle started item ``nodeid``: calls from now on belong to it."""
+        ...
+
+
+AttachmentFactory = Callable[["Evaluation"], Attachment | None]
+
+
 @dataclass(frozen=True)
 class Result:
     verdict: Verdict
     phase: Phase | None
     reason: str
     items: tuple[ItemResult, ...]
+    retry: bool = False  # an ``error`` that another attempt could cure
 
 
 class Lifecycle:
@@ -90,6 +145,7 @@ class Lifecycle:
         bus: EventBus,
         limits: Limits,
         log_cap: int = DEFAULT_LOG_CAP,
+        attachments: Sequence[AttachmentFactory] = (),
     ) -> None:
         self.ev = evaluation
         self.runtime = runtime
@@ -98,6 +154,7 @@ class Lifecycle:
         self.log_cap = log_cap
         self.phase = Phase.BUILD
         self.items: list[ItemResult] = []
+        self.attachments = [a for a in (make(evaluation) for make in attachments) if a]
 
     async def run(self, attempt: int = 1, *, final: bool = True) -> EvaluationFinished:
         """Run every phase; return (and publish) the verdict. Cancellation propagates."""
@@ -116,7 +173,8 @@ class Lifecycle:
             run_id=ev.run_id, evaluation_id=ev.evaluation_id, task=ev.task.id,
             submission=str(ev.submission), verdict=result.verdict, phase=result.phase,
             reason=result.reason, items=result.items, duration_s=time.monotonic() - started,
-            attempt=attempt, final=final or result.verdict is not Verdict.ERROR,
+            attempt=attempt,
+            final=final or result.verdict is not Verdict.ERROR or not result.retry,
         )
         with anyio.CancelScope(shield=True):  # a verdict reached is never lost to a cancel
             await self.bus.publish(finished)
@@ -132,7 +190,10 @@ class Lifecycle:
             reason = f"{self.phase.value} timed out after {timeout:g}s"
             return Result(Verdict.FAIL, self.phase, reason, items)
         if isinstance(exc, AnvilError):
-            return Result(Verdict.ERROR, self.phase, str(exc), items)
+            # A deterministic refusal (an oracle that does not import, an instruction the
+            # runtime cannot emulate) is reported once; a transient fault is retried.
+            retry = isinstance(exc, HarnessError) and exc.transient
+            return Result(Verdict.ERROR, self.phase, str(exc), items, retry)
         log.error("internal error in %s", self.ev.evaluation_id, exc_info=exc)
         detail = "".join(traceback.format_exception_only(exc)).strip()
         return Result(Verdict.ERROR, self.phase, f"internal error: {detail}", items)
@@ -173,59 +234,99 @@ class Lifecycle:
 
     async def _phases(self) -> Result:
         ev, task = self.ev, self.ev.task
-        async with self.limits.builds, self._enter(Phase.BUILD):
-            with anyio.fail_after(task.timeout(Phase.BUILD)):
-                artifact = await self.runtime.build(BuildRequest(
-                    submission=ev.submission, workdir=ev.workdir,
-                    log_path=ev.workdir / "build.log",
-                ))
-        async with self.limits.services:
-            instance: Instance | None = None
-            try:
-                async with self._enter(Phase.STARTUP):
-                    with anyio.fail_after(task.timeout(Phase.STARTUP)):
-                        instance = await self.runtime.start(artifact, StartRequest(
-                            port=task.config.service.port,
-                            env=self._service_env(),
-                            workdir=ev.workdir,
-                            log_path=ev.workdir / "service.log",
-                            log_cap=self.log_cap,
-                            labels=self._labels(),
-                            memory_mb=task.config.service.memory_mb,
-                            cpus=task.config.service.cpus,
-                            pids_limit=task.config.service.pids_limit,
-                        ))
-                async with self._enter(Phase.HEALTH) as health:
-                    base_url = await self._healthy(instance)
-                    health.append(f"answered at {base_url}")
-                async with self._enter(Phase.WIRING):
-                    with anyio.fail_after(task.timeout(Phase.WIRING)):
-                        await self._wire()
-                async with self.limits.oracles, self._enter(Phase.ORACLE):
-                    with anyio.fail_after(task.timeout(Phase.ORACLE)):
-                        # A service that dies mid-oracle fails now, not item by item.
-                        await _until_exit(instance, run_oracle(
-                            task.oracle_dir, base_url, ev.workdir,
-                            item_timeout=task.config.oracle.item_timeout,
-                            on_item=self._on_item, owner_env=ev.owner_env,
-                        ), "during the oracle", Phase.ORACLE)
-            finally:
-                await self._teardown(instance)
-        failed = [i for i in self.items if not i.passed]
+        self._check_mocks()
+        # Everything the evaluation acquires is registered on `stack`; teardown closes it,
+        # shielded and under its own deadline, whatever happened before.
+        stack = AsyncExitStack()
+        torn_down = False
+        try:
+            async with self.limits.builds, self._enter(Phase.BUILD):
+                with anyio.fail_after(task.timeout(Phase.BUILD)):
+                    artifact = await self.runtime.build(BuildRequest(
+                        submission=ev.submission, workdir=ev.workdir,
+                        log_path=ev.workdir / "build.log",
+                    ))
+                    stack.push_async_callback(self.runtime.release, artifact)
+            async with self.limits.services:
+                try:
+                    async with self._enter(Phase.STARTUP):
+                        with anyio.fail_after(task.timeout(Phase.STARTUP)):
+                            env = await self._service_env(stack)
+                            instance = await self._start(stack, artifact, env)
+                    async with self._enter(Phase.HEALTH) as health:
+                        base_url = await self._healthy(instance)
+                        health.append(f"answered at {base_url}")
+                    async with self._enter(Phase.WIRING):
+                        with anyio.fail_after(task.timeout(Phase.WIRING)):
+                            base_url, oracle_env = await self._wire(stack, base_url)
+                    async with self.limits.oracles, self._enter(Phase.ORACLE):
+                        with anyio.fail_after(task.timeout(Phase.ORACLE)):
+                            # A service that dies mid-oracle fails now, not item by item.
+                            await _until_exit(instance, run_oracle(
+                                task.oracle_dir, base_url, ev.workdir,
+                                item_timeout=task.config.oracle.item_timeout,
+                                on_item=self._on_item, on_start=self._on_start,
+                                extra_env={**ev.owner_env, **oracle_env},
+                            ), "during the oracle", Phase.ORACLE)
+                finally:
+                    torn_down = True  # while the service slot is still held
+                    await self._teardown(stack)
+        finally:
+            if not torn_down:
+                await self._teardown(stack)
+        return self._oracle_result()
+
+    def _oracle_result(self) -> Result:
+        items = tuple(self.items)
+        failed = [i for i in items if i.failed]
+        skipped = sum(1 for i in items if not i.passed and not i.failed)
+        skip_note = f", {skipped} skipped" if skipped else ""
         if failed:
             categories = sorted({i.category or "uncategorized" for i in failed})
-            reason = f"{len(failed)}/{len(self.items)} items failed ({', '.join(categories)})"
-            return Result(Verdict.FAIL, Phase.ORACLE, reason, tuple(self.items))
-        return Result(Verdict.PASS, None, f"{len(self.items)} items passed", tuple(self.items))
+            errors = sum(1 for i in failed if i.outcome is Outcome.ERROR)
+            error_note = f", {errors} of them errors in setup" if errors else ""
+            reason = (f"{len(failed)}/{len(items)} items failed ({', '.join(categories)})"
+                      f"{error_note}{skip_note}")
+            return Result(Verdict.FAIL, Phase.ORACLE, reason, items)
+        passed = len(items) - skipped
+        return Result(Verdict.PASS, None, f"{passed} items passed{skip_note}", items)
+
+    def _check_mocks(self) -> None:
+        needed = {m.kind for m in self.ev.task.config.mocks}
+        served = set().union(*(a.provides for a in self.attachments))
+        if needed - served:
+            missing = ", ".join(sorted(needed - served))
+            raise Unsupported(f"task needs mocks ({missing}) but no mock fabric serves them")
+
+    async def _service_env(self, stack: AsyncExitStack) -> dict[str, str]:
+        """The service's environment: anvil's marks plus what each attachment provides."""
+        env = {**self.ev.owner_env, "ANVIL_EVALUATION": self.ev.evaluation_id}
+        for attachment in self.attachments:
+            env.update(await attachment.startup(stack, self.runtime))
+        return env
+
+    async def _start(self, stack: AsyncExitStack, artifact: Artifact,
+                     env: Mapping[str, str]) -> Instance:
+        task = self.ev.task
+        instance = await self.runtime.start(artifact, StartRequest(
+            port=task.config.service.port,
+            env=env,
+            workdir=self.ev.workdir,
+            log_path=self.ev.workdir / "service.log",
+            log_cap=self.log_cap,
+            labels=self._labels(),
+            memory_mb=task.config.service.memory_mb,
+            cpus=task.config.service.cpus,
+            pids_limit=task.config.service.pids_limit,
+        ))
+        stack.push_async_callback(self.runtime.stop, instance)
+        return instance
 
     def _labels(self) -> dict[str, str]:
         """Marks for reaping: which run, which evaluation, and until when it may live."""
         lease = time.time() + self.ev.task.lease_seconds() + 60
         return {"anvil.run": self.ev.run_id, "anvil.evaluation": self.ev.evaluation_id,
                 "anvil.lease": str(int(lease))}
-
-    def _service_env(self) -> dict[str, str]:
-        return {**self.ev.owner_env, "ANVIL_EVALUATION": self.ev.evaluation_id}
 
     async def _healthy(self, instance: Instance) -> str:
         """Wait for the service to listen, then for an HTTP answer; return its base URL.
@@ -246,30 +347,42 @@ class Lifecycle:
                 return await _until_exit(instance, listening_and_answering(),
                                          "before it answered")
         except ServiceExited as exc:
-            last = tail_lines(self.ev.workdir / "service.log", 1)
+            last = await read_tail(self.ev.workdir / "service.log", 1)
             raise ServiceExited(f"{exc.reason}: {last}" if last else exc.reason,
                                 exc.returncode, Phase.STARTUP) from None
         except TimeoutError:
             why = instance.diagnose() or probe.last
-            raise ServiceUnhealthy(f"no HTTP answer within {timeout:g}s: {why}") from None
+            what = "no healthy answer" if probe.answered else "no HTTP answer"
+            raise ServiceUnhealthy(f"{what} within {timeout:g}s: {why}") from None
 
-    async def _wire(self) -> None:
-        if self.ev.task.config.mocks:
-            kinds = ", ".join(m.kind for m in self.ev.task.config.mocks)
-            raise HarnessError(f"task needs mocks ({kinds}) but no mock fabric is installed")
+    async def _wire(self, stack: AsyncExitStack, base_url: str) -> tuple[str, dict[str, str]]:
+        """Each attachment wires in turn; the last base URL is the one the oracle uses
+        (this is the one place where BASE_URL can be put behind something)."""
+        oracle_env: dict[str, str] = {}
+        for attachment in self.attachments:
+            base_url, env = await attachment.wiring(stack, base_url)
+            oracle_env.update(env)
+        return base_url, oracle_env
 
     async def _on_item(self, item: ItemResult) -> None:
         self.items.append(item)
         await self.bus.publish(ItemFinished(evaluation_id=self.ev.evaluation_id, item=item))
 
-    async def _teardown(self, instance: Instance | None) -> None:
+    async def _on_start(self, nodeid: str, ts: float) -> None:
+        for attachment in self.attachments:
+            await attachment.item_started(nodeid)
+        await self.bus.publish(ItemStarted(evaluation_id=self.ev.evaluation_id, nodeid=nodeid,
+                                           ts=ts or time.time()))
+
+    async def _teardown(self, stack: AsyncExitStack) -> None:
+        """Close everything the evaluation acquired. A teardown fault is logged and never
+        replaces the verdict, nor a cancellation in flight (that propagates as itself)."""
         with anyio.CancelScope(shield=True):
             previous = self.phase
             try:
                 async with self._enter(Phase.TEARDOWN):
                     with anyio.fail_after(self.ev.task.timeout(Phase.TEARDOWN)):
-                        if instance is not None:
-                            await self.runtime.stop(instance)
+                        await stack.aclose()
             except Exception as exc:  # noqa: BLE001 - a teardown fault must not hide the verdict
                 log.error("teardown of %s failed: %s", self.ev.evaluation_id, exc)
             finally:
@@ -319,6 +432,7 @@ class HealthProbe:
         self.strict = path is not None
         self.interval = interval
         self.last = "the service never answered"
+        self.answered = False  # some HTTP answer came, just not an acceptable one
 
     async def until_answer(self, base_url: str) -> int:
         """Probe until an acceptable answer and return its status; the caller sets the deadline."""
@@ -334,5 +448,6 @@ class HealthProbe:
                         continue
                     if not self.strict or 200 <= resp.status < 300:
                         return resp.status
+                    self.answered = True
                     self.last = f"GET {path} answered {resp.status}"
                 await anyio.sleep(self.interval)

@@ -13,10 +13,12 @@ import signal
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import anyio
+from anyio.abc import SocketAttribute, SocketStream
 
 from ._errors import OracleBroken
 from .types import Outcome
@@ -35,7 +37,12 @@ class ItemResult:
 
     @property
     def passed(self) -> bool:
-        return self.outcome in (Outcome.PASSED, Outcome.SKIPPED)
+        return self.outcome is Outcome.PASSED
+
+    @property
+    def failed(self) -> bool:
+        """Failed or errored: what makes a verdict ``fail`` (a skip is neither)."""
+        return self.outcome in (Outcome.FAILED, Outcome.ERROR)
 
 
 OnItem = Callable[[ItemResult], Awaitable[None]]
@@ -49,7 +56,7 @@ def oracle_command(oracle_dir: Path, workdir: Path, extra: list[str] | None = No
         sys.executable, "-m", "pytest", str(oracle_dir),
         "-c", str(ini), "--rootdir", str(oracle_dir), "--confcutdir", str(oracle_dir),
         "-p", PLUGIN, "-p", "no:cacheprovider",
-        "-q", "--strict-markers", "-o", "console_output_style=classic",
+        "-q", "--strict-markers", "-o", "console_output_style=classic", "--tb=short",
         *(extra or []),
     ]
 
@@ -68,45 +75,64 @@ def oracle_env(
     }
 
 
-async def run_oracle(
-    oracle_dir: Path,
-    base_url: str,
-    workdir: Path,
-    *,
-    item_timeout: float,
-    on_item: OnItem | None = None,
-    owner_env: Mapping[str, str] | None = None,
-) -> list[ItemResult]:
-    """Run every oracle item against ``base_url`` and return their results.
+OnStart = Callable[[str, float], Awaitable[None]]
 
-    The overall deadline is the caller's (``anyio.fail_after`` around this call);
-    on cancellation the pytest process group is killed.
 
-    Raises:
-        OracleBroken: the oracle did not collect (import error, no items) or
-            pytest itself failed: the task's fault, not the candidate's.
-    """
-    results_path = workdir / "oracle-results.jsonl"
-    results_path.unlink(missing_ok=True)
-    log_path = workdir / "oracle.log"
-    argv = oracle_command(oracle_dir, workdir)
-    items: list[ItemResult] = []
-    collect_errors: list[str] = []
-    offset = 0
+@dataclass
+class _Progress:
+    """What the oracle process has reported so far, read line by line from its results file."""
 
-    async def drain() -> None:
-        nonlocal offset
-        try:
-            data = (await anyio.Path(results_path).read_bytes())[offset:]
-        except FileNotFoundError:
-            return
-        complete = data[: data.rfind(b"\n") + 1]
-        offset += len(complete)
-        for line in complete.decode("utf-8", "replace").splitlines():
-            record = json.loads(line)
-            if "collect_error" in record:
-                collect_errors.append(f"{record['collect_error']}: {_last_line(record['message'])}")
-                continue
+    path: Path
+    on_item: OnItem | None
+    on_start: OnStart | None
+    offset: int = 0
+    items: list[ItemResult] = field(default_factory=list)
+    collect_errors: list[str] = field(default_factory=list)
+    collected: int | None = None
+    finished: int | None = None
+    _lock: anyio.Lock = field(default_factory=anyio.Lock)
+
+    async def drain(self) -> None:
+        """Handle every complete line written since the last call.
+
+        The offset moves past a line only once that line is fully handled, and handling
+        (publishing the item) is shielded: a cancel between lines loses nothing, and the
+        final drain after a cancel picks up exactly where this one stopped.
+        """
+        async with self._lock:  # the poller and the mark listener both drain
+            data = await anyio.to_thread.run_sync(_read_from, self.path, self.offset)
+            start = 0
+            while (end := data.find(b"\n", start)) >= 0:
+                line = data[start : end + 1]
+                with anyio.CancelScope(shield=True):
+                    await self._handle(json.loads(line))
+                    self.offset += len(line)
+                start = end + 1
+
+    async def handle_mark(self, conn: SocketStream) -> None:
+        """One item-start mark from the oracle process, acknowledged once handled."""
+        async with conn:
+            with anyio.move_on_after(5):
+                data = b""
+                while not data.endswith(b"\n"):
+                    data += await conn.receive()
+                await self.drain()  # the previous item's result first: events stay in order
+                with anyio.CancelScope(shield=True):
+                    await self._handle(json.loads(data))
+                await conn.send(b"ok\n")
+
+    async def _handle(self, record: dict[str, Any]) -> None:
+        if "collect_error" in record:
+            self.collect_errors.append(
+                f"{record['collect_error']}: {_last_line(record['message'])}")
+        elif "collected" in record:
+            self.collected = int(record["collected"])
+        elif "finished" in record:
+            self.finished = int(record["finished"])
+        elif "start" in record:
+            if self.on_start is not None:
+                await self.on_start(str(record["start"]), float(record.get("ts", 0.0)))
+        else:
             item = ItemResult(
                 nodeid=record["nodeid"],
                 outcome=Outcome(record["outcome"]),
@@ -115,16 +141,61 @@ async def run_oracle(
                 message=record.get("message", ""),
                 traceback=record.get("traceback", ""),
             )
-            items.append(item)
-            if on_item is not None:
-                await on_item(item)
+            self.items.append(item)
+            if self.on_item is not None:
+                await self.on_item(item)
+
+
+def _read_from(path: Path, offset: int) -> bytes:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            return fh.read()
+    except FileNotFoundError:
+        return b""
+
+
+async def run_oracle(
+    oracle_dir: Path,
+    base_url: str,
+    workdir: Path,
+    *,
+    item_timeout: float,
+    on_item: OnItem | None = None,
+    on_start: OnStart | None = None,
+    extra_env: Mapping[str, str] | None = None,
+    poll_interval: float = 0.1,
+) -> list[ItemResult]:
+    """Run every oracle item against ``base_url`` and return their results.
+
+    ``on_item`` is awaited once per finished item, ``on_start`` once per item
+    start, in order, as they happen. The overall deadline is the caller's
+    (``anyio.fail_after`` around this call); on cancellation the pytest process
+    group is killed and the items that finished are still handed to ``on_item``.
+
+    Raises:
+        OracleBroken: the oracle did not collect (import error, no items), the
+            process ended before pytest finished (``os._exit`` in a conftest, a
+            signal), or fewer item results arrived than items were collected: the
+            verdict would count only part of the oracle, so there is none.
+    """
+    results_path = workdir / "oracle-results.jsonl"
+    results_path.unlink(missing_ok=True)
+    log_path = workdir / "oracle.log"
+    argv = oracle_command(oracle_dir, workdir)
+    progress = _Progress(results_path, on_item, on_start)
+    env = oracle_env(base_url, results_path, item_timeout, extra_env)
+    marks = None
+    if on_start is not None:
+        marks = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+        env["ANVIL_MARKS"] = f"127.0.0.1:{marks.extra(SocketAttribute.local_port)}"
 
     log = await anyio.to_thread.run_sync(open, log_path, "ab")
     with log:
         process = await anyio.open_process(
             argv,
             cwd=workdir,
-            env=oracle_env(base_url, results_path, item_timeout, owner_env),
+            env=env,
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -135,10 +206,12 @@ async def run_oracle(
 
             async def follow() -> None:
                 while True:
-                    await drain()
-                    await anyio.sleep(0.1)
+                    await progress.drain()
+                    await anyio.sleep(poll_interval)
 
             tg.start_soon(follow)
+            if marks is not None:
+                tg.start_soon(marks.serve, progress.handle_mark)
             code = await process.wait()
             tg.cancel_scope.cancel()
     finally:
@@ -149,34 +222,33 @@ async def run_oracle(
                 except ProcessLookupError:
                     pass
                 await process.wait()
-            await drain()  # even when cancelled: the items that ran are kept
-    if collect_errors:
-        raise OracleBroken(f"oracle does not collect: {'; '.join(collect_errors)}")
-    if code == 5 or (code == 0 and not items):
+            await progress.drain()  # even when cancelled: the items that ran are kept
+            if marks is not None:
+                await marks.aclose()
+    _check_complete(progress, code, oracle_dir, log_path)
+    return progress.items
+
+
+def _check_complete(progress: _Progress, code: int, oracle_dir: Path, log_path: Path) -> None:
+    """Raise OracleBroken unless every collected item reported a result."""
+    if progress.collect_errors:
+        raise OracleBroken(f"oracle does not collect: {'; '.join(progress.collect_errors)}")
+    how = f"exit code {code}" if code >= 0 else f"killed by signal {-code}"
+    if progress.collected is None:
+        raise OracleBroken(f"the oracle process ended ({how}) before it collected any item "
+                           f"(a conftest or import ended it?); see {log_path}")
+    if progress.collected == 0:
         raise OracleBroken(f"{oracle_dir}: the oracle has no items")
+    received = len(progress.items)
+    if progress.finished is None or received != progress.collected:
+        raise OracleBroken(f"the oracle process ended ({how}) after {received} of "
+                           f"{progress.collected} items; the verdict would be partial; "
+                           f"see {log_path}")
     if code not in (0, 1):
         raise OracleBroken(f"pytest exited {code} running the oracle; see {log_path}")
-    return items
 
 
 def _last_line(text: str) -> str:
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     errors = [line for line in lines if line.startswith("E ")]
     return (errors[-1][1:].strip() if errors else lines[-1] if lines else "error")[:500]
-
-
-async def collect_items(oracle_dir: Path, workdir: Path) -> list[str]:
-    """Node ids of the oracle's items, without running them."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    argv = oracle_command(oracle_dir, workdir, ["--collect-only"])
-    result = await anyio.run_process(
-        argv, cwd=workdir, check=False,
-        env=oracle_env("http://127.0.0.1:9", workdir / "collect.jsonl", 0),
-    )
-    out = result.stdout.decode("utf-8", "replace")
-    if result.returncode != 0:
-        raise OracleBroken(f"{oracle_dir}: oracle does not collect: {_last_line(out)}")
-    items = [line.strip() for line in out.splitlines() if "::" in line]
-    if not items:
-        raise OracleBroken(f"{oracle_dir}: the oracle has no items")
-    return items

@@ -2,8 +2,17 @@
 
 It registers the ``category`` marker, bounds every item by a deadline
 (``ANVIL_ITEM_TIMEOUT`` seconds, enforced with SIGALRM so a request blocked
-in ``recv`` is interrupted), and appends one JSON line per finished item to
-``ANVIL_RESULTS`` as soon as the item ends, so the engine can stream them.
+in ``recv`` is interrupted), and appends JSON lines to ``ANVIL_RESULTS`` as
+things happen, so the engine can stream them:
+
+* ``{"collected": N}`` once collection is done (the engine then requires N items);
+* ``{"start": nodeid, "ts": unix}`` when an item starts (to attribute calls to it);
+* one record per finished item (nodeid, outcome, category, duration, message);
+* ``{"collect_error": nodeid, "message": ...}`` for a file that does not collect;
+* ``{"finished": exitstatus}`` when the session ends normally.
+
+It imports nothing but pytest and the standard library: it runs in every oracle
+process, whose start-up cost is paid per evaluation.
 """
 
 from __future__ import annotations
@@ -12,6 +21,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import time
 from collections.abc import Generator, Iterator
 from typing import Any
@@ -34,9 +44,39 @@ def _write(record: dict[str, Any]) -> None:
     path = os.environ.get("ANVIL_RESULTS")
     if not path:
         return
-    with open(path, "a", encoding="utf-8") as fh:
-        fh.write(json.dumps(record) + "\n")
-        fh.flush()
+    # One write() of one whole line on an O_APPEND file: the reader never sees half a record
+    # unless the process dies inside write(), and then the line has no newline yet.
+    line = (json.dumps(record) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    _write({"collected": len(session.items)})
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    _write({"finished": int(exitstatus)})
+
+
+def pytest_runtest_logstart(nodeid: str, location: tuple[str, int | None, str]) -> None:
+    mark = {"start": nodeid, "ts": time.time()}
+    marks = os.environ.get("ANVIL_MARKS")  # host:port of the engine's mark listener
+    if not marks:
+        _write(mark)
+        return
+    # Synchronous: the item runs only once the engine knows it started, so every call the
+    # service makes from now on is attributed to it, however fast the item is.
+    host, _, port = marks.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=5) as conn:
+            conn.sendall((json.dumps(mark) + "\n").encode())
+            conn.recv(16)
+    except OSError:
+        _write(mark)  # the engine will still see it, later
 
 
 @contextlib.contextmanager

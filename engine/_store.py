@@ -4,17 +4,27 @@ SQLite in WAL mode by default (``.anvil/anvil.db``); any synchronous
 SQLAlchemy URL works. Every evaluation of a run is written as ``pending``
 before the first starts, so an interrupted run can be resumed without losing
 or duplicating one: ``(run_id, task_path, submission)`` is unique.
+
+An evaluation is *claimed* before it starts (owner ``host:pid`` and a lease
+until a unix time, set in one conditional UPDATE), so two ``anvil run
+--resume`` of one run never both take the same evaluation; a claim whose
+owner died on this host or whose lease ran out can be taken over.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
-from collections.abc import Iterable, Sequence
+import os
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, UniqueConstraint, event
+from sqlalchemy import Engine, UniqueConstraint, event, inspect, or_, text, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Field, Session, SQLModel, col, create_engine, delete, select
 
@@ -61,6 +71,9 @@ class EvaluationRecord(SQLModel, table=True):
     duration_s: float | None = None
     items_passed: int = 0
     items_failed: int = 0
+    items_skipped: int = 0
+    owner: str | None = None  # host:pid of the anvil that claimed it
+    lease_until: float | None = None  # unix time; past it, another anvil may take over
 
 
 class PhaseRecord(SQLModel, table=True):
@@ -95,15 +108,18 @@ def default_url(home: Path) -> str:
 class Store:
     """Synchronous store; the engine calls it from worker threads, one at a time."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, busy_timeout: float = 10.0) -> None:
         self.url = url
         try:
             if url.startswith("sqlite:///"):
                 Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
             self.engine: Engine = create_engine(url)
             if self.engine.dialect.name == "sqlite":
-                event.listen(self.engine, "connect", _sqlite_pragmas)
-            SQLModel.metadata.create_all(self.engine)
+                event.listen(self.engine, "connect", partial(_sqlite_pragmas,
+                                                             int(busy_timeout * 1000)))
+            with _creating(url):
+                SQLModel.metadata.create_all(self.engine)
+                _add_missing_columns(self.engine)
         except (SQLAlchemyError, OSError) as exc:
             raise HarnessError(f"cannot open the store {url}: {exc}") from exc
 
@@ -195,6 +211,9 @@ class Store:
                 row.finished_at = datetime.fromtimestamp(ev.ts, UTC)
                 row.duration_s = ev.duration_s
                 row.items_passed, row.items_failed = ev.items_passed, ev.items_failed
+                row.items_skipped = ev.items_skipped
+                if ev.final:
+                    row.owner, row.lease_until = None, None
                 session.add(row)
             elif isinstance(ev, RunFinishedEvent):
                 run = session.get(RunRecord, ev.run_id)
@@ -206,6 +225,42 @@ class Store:
             else:
                 return
             session.commit()
+
+    def claim(self, evaluation_id: str, owner: str, lease_seconds: float) -> bool:
+        """Take ``evaluation_id`` for ``owner`` unless another live anvil holds it.
+
+        One conditional UPDATE, atomic in every database: it succeeds when the
+        evaluation is not done and is unclaimed, claimed by ``owner`` already, claimed
+        by a process of this host that is gone, or out of lease.
+
+        Raises:
+            HarnessError: the database refused it.
+        """
+        now = time.time()
+        host = owner.rpartition(":")[0]
+        try:
+            with Session(self.engine) as session:
+                current = session.get(EvaluationRecord, evaluation_id)
+                if current is None or current.status == "done":
+                    return False
+                holder = current.owner
+                dead = bool(holder and holder.rpartition(":")[0] == host
+                            and not _pid_alive(holder.rpartition(":")[2]))
+                stmt = (update(EvaluationRecord)
+                        .where(col(EvaluationRecord.id) == evaluation_id)
+                        .where(col(EvaluationRecord.status) != "done"))
+                if not dead:
+                    stmt = stmt.where(or_(col(EvaluationRecord.owner).is_(None),
+                                          col(EvaluationRecord.owner) == owner,
+                                          col(EvaluationRecord.lease_until) < now))
+                else:  # taken over only if still held by the dead owner
+                    stmt = stmt.where(col(EvaluationRecord.owner) == holder)
+                result = session.exec(stmt.values(owner=owner,
+                                                   lease_until=now + lease_seconds))
+                session.commit()
+                return bool(result.rowcount)
+        except SQLAlchemyError as exc:
+            raise HarnessError(f"store {self.url}: {exc}") from exc
 
     # -- reading -------------------------------------------------------------
 
@@ -229,10 +284,54 @@ class Store:
             return session.exec(stmt).all()
 
 
-def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+def _add_missing_columns(engine: Engine) -> None:
+    """Bring a store written by an older anvil up to date: new columns are nullable or
+    have defaults, so adding them keeps every row (no data is lost on upgrade)."""
+    inspector = inspect(engine)
+    with engine.begin() as conn:
+        for table in SQLModel.metadata.sorted_tables:
+            present = {c["name"] for c in inspector.get_columns(table.name)}
+            for column in table.columns:
+                if column.name in present:
+                    continue
+                kind = column.type.compile(dialect=engine.dialect)
+                default = getattr(column.default, "arg", None)
+                tail = f" DEFAULT {default!r}" if isinstance(default, int | float | str) else ""
+                conn.execute(text(f'ALTER TABLE {table.name} ADD COLUMN "{column.name}" '
+                                  f"{kind}{tail}"))
+
+
+def _pid_alive(pid: str) -> bool:
+    if not pid.isdigit():
+        return True  # not ours to judge
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@contextmanager
+def _creating(url: str) -> Iterator[None]:
+    """Serialise schema creation between anvils starting on one fresh SQLite file
+    (two at once otherwise fail with 'database is locked' or 'table already exists')."""
+    if not url.startswith("sqlite:///"):
+        yield
+        return
+    with open(url.removeprefix("sqlite:///") + ".init-lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _sqlite_pragmas(busy_ms: int, dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
+    cursor.execute(f"PRAGMA busy_timeout={busy_ms}")  # first: WAL switch may wait on a lock
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA synchronous=NORMAL")
-    cursor.execute("PRAGMA busy_timeout=10000")
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.close()

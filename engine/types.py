@@ -130,6 +130,11 @@ class Runtime(Protocol):
 
     async def stop(self, instance: Instance) -> None: ...
 
+    async def release(self, artifact: Artifact) -> None:
+        """Let go of what ``build`` made for one evaluation (a private copy of the
+        submission, a cache lease); shared caches stay. Idempotent."""
+        ...
+
     def reachable_url(self, url: str) -> str:
         """``url`` of a server anvil runs on this machine, as a service of this runtime
         reaches it (a container cannot reach the host's 127.0.0.1)."""

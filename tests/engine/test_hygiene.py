@@ -1,0 +1,56 @@
+"""Resource hygiene over many evaluations: after 100 of them, open files, threads, child
+processes and scratch disk are back at their start level, and memory has not grown with
+the count. Logs are kept; each evaluation's private copy of the submission is not."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+from engine import Task, Verdict
+from engine._reaper import marked_processes
+from tests.conftest import MakeSubmission, run_engine
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+def scratch_bytes(home: Path) -> int:
+    """Bytes under runs/ that are not logs, reports or the event log."""
+    kept = {".log", ".jsonl", ".txt", ".ini"}
+    return sum(p.stat().st_size for p in (home / "runs").rglob("*")
+               if p.is_file() and not p.is_symlink() and p.suffix not in kept)
+
+
+async def test_a_hundred_evaluations_leave_nothing_behind(
+    tiny_task: Task, make_submission: MakeSubmission, tmp_path: Path, cache_dir: Path
+) -> None:
+    subs = [make_submission("ok"), make_submission("fail_item"), make_submission("crash")]
+    # Warm-up: caches, imports, thread pools reach their steady size.
+    await run_engine([(tiny_task, s) for s in subs * 4], tmp_path / "warm", cache_dir,
+                     concurrency=8)
+    fds, threads, rss = open_fds(), threading.active_count(), rss_mb()
+
+    pairs = [(tiny_task, subs[i % 3]) for i in range(100)]
+    results, store, run_id = await run_engine(pairs, tmp_path / "home", cache_dir,
+                                              concurrency=8)
+    store.close()
+    assert [r.verdict for r in results].count(Verdict.ERROR) == 0
+    assert {r.verdict for r in results} == {Verdict.PASS, Verdict.FAIL}
+    assert len(list((tmp_path / "home" / "runs" / run_id).glob("*/service.log"))) == 100
+
+    assert open_fds() <= fds + 2, "file descriptors leaked"
+    assert threading.active_count() <= threads + 1, "threads leaked"
+    assert [p for p in marked_processes() if p.run_id == run_id] == [], "processes leaked"
+    assert scratch_bytes(tmp_path / "home") < 64 * 1024, "private copies left on disk"
+    grown = rss_mb() - rss
+    assert grown < 40, f"memory grew by {grown:.0f} MiB over 100 evaluations"
