@@ -267,6 +267,7 @@ class Lifecycle:
                                 item_timeout=task.config.oracle.item_timeout,
                                 on_item=self._on_item, on_start=self._on_start,
                                 extra_env={**ev.owner_env, **oracle_env},
+                                log_cap=self.log_cap,
                             ), "during the oracle", Phase.ORACLE)
                 finally:
                     torn_down = True  # while the service slot is still held

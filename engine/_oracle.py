@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from anyio.abc import SocketAttribute, SocketStream
+from anyio.abc import Process, SocketAttribute, SocketStream
 
 from ._errors import OracleBroken
+from ._logs import AsyncCappedLog
 from .types import Outcome
 
 PLUGIN = "engine._oracle_plugin"
@@ -146,6 +147,17 @@ class _Progress:
                 await self.on_item(item)
 
 
+async def _pump(process: Process, log: AsyncCappedLog, done: anyio.Event) -> None:
+    assert process.stdout is not None
+    try:
+        async for chunk in process.stdout:
+            await log.write(chunk)
+    except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+        pass
+    finally:
+        done.set()
+
+
 def _read_from(path: Path, offset: int) -> bytes:
     try:
         with open(path, "rb") as fh:
@@ -165,6 +177,7 @@ async def run_oracle(
     on_start: OnStart | None = None,
     extra_env: Mapping[str, str] | None = None,
     poll_interval: float = 0.1,
+    log_cap: int = 2 * 1024 * 1024,
 ) -> list[ItemResult]:
     """Run every oracle item against ``base_url`` and return their results.
 
@@ -172,6 +185,8 @@ async def run_oracle(
     start, in order, as they happen. The overall deadline is the caller's
     (``anyio.fail_after`` around this call); on cancellation the pytest process
     group is killed and the items that finished are still handed to ``on_item``.
+    pytest's own output goes to ``oracle.log``, capped at ``log_cap`` bytes (head and
+    tail kept): a service answering 20 MB error bodies cannot fill the disk.
 
     Raises:
         OracleBroken: the oracle did not collect (import error, no items), the
@@ -190,19 +205,24 @@ async def run_oracle(
         marks = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
         env["ANVIL_MARKS"] = f"127.0.0.1:{marks.extra(SocketAttribute.local_port)}"
 
-    log = await anyio.to_thread.run_sync(open, log_path, "ab")
-    with log:
+    log = await AsyncCappedLog.open(log_path, log_cap)
+    try:
         process = await anyio.open_process(
             argv,
             cwd=workdir,
             env=env,
             stdin=subprocess.DEVNULL,
-            stdout=log,
+            stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+    except BaseException:
+        await log.aclose()
+        raise
     try:
         async with anyio.create_task_group() as tg:
+            pumped = anyio.Event()
+            tg.start_soon(_pump, process, log, pumped)
 
             async def follow() -> None:
                 while True:
@@ -213,6 +233,8 @@ async def run_oracle(
             if marks is not None:
                 tg.start_soon(marks.serve, progress.handle_mark)
             code = await process.wait()
+            with anyio.move_on_after(2):  # its last words (a stray child may hold the pipe)
+                await pumped.wait()
             tg.cancel_scope.cancel()
     finally:
         with anyio.CancelScope(shield=True):
@@ -225,6 +247,7 @@ async def run_oracle(
             await progress.drain()  # even when cancelled: the items that ran are kept
             if marks is not None:
                 await marks.aclose()
+            await log.aclose()
     _check_complete(progress, code, oracle_dir, log_path)
     return progress.items
 

@@ -38,7 +38,7 @@ from ._lifecycle import DEFAULT_LOG_CAP, AttachmentFactory, Evaluation, Lifecycl
 from ._reaper import owner_env
 from ._store import Store
 from ._task import Task, load_task
-from .types import Runtime, Verdict
+from .types import Phase, Runtime, Verdict
 
 log = logging.getLogger("anvil.engine")
 
@@ -154,7 +154,12 @@ class Runner:
         self.interrupted = False
         self.results: list[EvaluationFinished] = []
         self.owner = f"{socket.gethostname()}:{os.getpid()}"
+        self._teardown_deadline = 20.0
         self.skipped: list[str] = []  # evaluations another live anvil holds
+
+    def teardown_deadline(self) -> float:
+        """The longest teardown any planned evaluation may take (for a forced exit)."""
+        return self._teardown_deadline
 
     def cancel(self) -> None:
         """Stop the run (e.g. on Ctrl-C): evaluations tear down, subscribers drain."""
@@ -199,6 +204,8 @@ class Runner:
     ) -> list[EvaluationFinished]:
         """Run every pending evaluation of ``run_id``; return the final verdicts."""
         todo = await anyio.to_thread.run_sync(self.pending, run_id)
+        self._teardown_deadline = max([p.task.timeout(Phase.TEARDOWN) for _, _, p in todo
+                                       if p.task] or [self._teardown_deadline])
         done = len(await anyio.to_thread.run_sync(self.store.evaluations, run_id)) - len(todo)
         run_dir = self.settings.home / "runs" / run_id
         run_dir.mkdir(parents=True, exist_ok=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
 import os
@@ -22,7 +23,7 @@ from rich.table import Table
 
 from ._errors import AnvilError, InputError, RuntimeUnavailable, TaskFormatError
 from ._events import EvaluationFinished
-from ._reaper import reap_orphans
+from ._reaper import marked_processes, reap_orphans
 from ._report import Format, render_report
 from ._run import Planned, Runner, RunSettings, evaluate_once, plan
 from ._skeleton import write_skeleton
@@ -46,7 +47,8 @@ from .runtimes.docker import (
     parse_size,
     reap_docker,
 )
-from .types import Verdict
+from .runtimes.process import gc_venvs
+from .types import Runtime, Verdict
 
 T = TypeVar("T")
 
@@ -211,6 +213,8 @@ def run(
                           json_output, home, db)
     except AnvilError as exc:
         raise _fail(str(exc), _code_of(exc)) from None
+    except KeyboardInterrupt:  # a Ctrl-C in the instant the run ends: it is kept all the same
+        raise typer.Exit(ExitCode.INTERRUPTED) from None
     raise typer.Exit(code)
 
 
@@ -261,6 +265,8 @@ async def _run(
             tg.start_soon(_cancel_on_signal, runner)
             results = await runner.execute(run_id, subscribers, notices)
             tg.cancel_scope.cancel()
+        if not runner.interrupted:
+            await _auto_gc(home, runtime)
     rows = await anyio.to_thread.run_sync(store.evaluations, run_id)
     store.close()
     if runner.interrupted:
@@ -284,11 +290,43 @@ def _warn(message: str) -> None:
 
 
 async def _cancel_on_signal(runner: Runner) -> None:
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async for signum in signals:
-            if not runner.interrupted:
-                err.print(f"\n{signal.Signals(signum).name}: tearing down, please wait")
-            runner.cancel()
+    """First Ctrl-C: every evaluation tears down (shielded, under its deadline). Second:
+    teardown gets its deadline, then anvil kills what it still owns and exits 130."""
+    try:
+        await _handle_signals(runner)
+    finally:
+        if runner.interrupted:
+            # On the way out already: a late Ctrl-C must not turn exit 130 into a traceback.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+async def _handle_signals(runner: Runner) -> None:
+    async with anyio.create_task_group() as tg:
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for signum in signals:
+                name = signal.Signals(signum).name
+                if not runner.interrupted:
+                    err.print(f"\n{name}: tearing down, please wait "
+                              "(again to force the exit)")
+                    runner.cancel()
+                    continue
+                grace = runner.teardown_deadline()
+                err.print(f"{name} again: exiting in at most {grace:g}s "
+                          "(the teardown deadline)")
+                tg.start_soon(_force_exit, grace)
+
+
+async def _force_exit(grace: float) -> None:
+    await anyio.sleep(grace)
+    mine = [p for p in marked_processes() if p.owner == os.getpid()]
+    for pgid in {p.pgid for p in mine}:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+    err.print(f"forced exit: killed {plural(len(mine), 'process')} still running; "
+              "containers are reaped by the next run or `anvil gc`")
+    sys.stderr.flush()
+    os._exit(ExitCode.INTERRUPTED)
 
 
 def _print_totals(run_id: str, verdicts: dict[str, str | None], evaluations: int,
@@ -519,8 +557,13 @@ def tasks_new(
 @app.command()
 def gc(
     images: Annotated[bool, typer.Option(
-        "--images", help="Also remove cached build images beyond --budget, LRU first.")] = False,
-    budget: Annotated[str, typer.Option(help="Disk budget for cached build images.")] = "10G",
+        "--caches", "--images",
+        help="Also trim the caches (venvs, and build images of this home) to --budget each, "
+             "least recently used first; what a live run uses stays.")] = False,
+    budget: Annotated[str, typer.Option(
+        envvar="ANVIL_CACHE_BUDGET",
+        help="Disk budget of each cache (venvs; build images). `anvil run` trims to it "
+             "automatically when a run ends.")] = "10G",
     everything: Annotated[bool, typer.Option(
         "--all", help="Remove every anvil container and network, even of live runs.")] = False,
     home: HomeOpt = Path(".anvil"),
@@ -537,12 +580,38 @@ def gc(
         raise _fail(str(exc), _code_of(exc)) from None
 
 
+async def _trim_venvs(home: Path, budget: int) -> None:
+    gone = await anyio.to_thread.run_sync(gc_venvs, cache_dir(home), budget)
+    for venv in gone:
+        err.print(f"removed venv {escape(venv.name)}")
+    if gone:
+        err.print(f"removed {plural(len(gone), 'venv')} (cache budget {budget / 2**30:g} GiB)")
+
+
+async def _auto_gc(home: Path, runtime: Runtime) -> None:
+    """Keep the caches within ANVIL_CACHE_BUDGET (default 10G) when a run ends."""
+    try:
+        budget = parse_size(os.environ.get("ANVIL_CACHE_BUDGET") or "10G")
+    except ValueError:
+        err.print("[yellow]ANVIL_CACHE_BUDGET is not a size; caches not trimmed[/]")
+        return
+    await _trim_venvs(home, budget)
+    docker = getattr(runtime, "docker", None)
+    if runtime.name == "docker" and docker is not None:
+        gone = await gc_images(docker, cache_dir(home), budget)
+        if gone:
+            err.print(f"removed {plural(len(gone), 'build image')} "
+                      f"(cache budget {budget / 2**30:g} GiB)")
+
+
 async def _gc(images: bool, budget: int, everything: bool, home: Path) -> None:
     reaped = reap_orphans()
     for orphan in reaped:
         err.print(f"killed process group {orphan.pgid} "
                   f"(run {escape(str(orphan.run_id))}, owner {escape(str(orphan.owner))})")
     err.print(f"reaped {plural(len(reaped), 'process')}")
+    if images:
+        await _trim_venvs(home, budget)
     try:
         docker = await docker_client()
     except RuntimeUnavailable as exc:

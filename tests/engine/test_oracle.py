@@ -131,3 +131,18 @@ async def test_skips_and_setup_errors_keep_their_own_outcome(tmp_path: Path) -> 
     assert items["test_setup_error"].outcome is Outcome.ERROR
     assert "fixture broke" in items["test_setup_error"].message
     assert items["test_fails"].outcome is Outcome.FAILED and items["test_fails"].failed
+
+
+async def test_the_oracle_log_is_capped_keeping_head_and_tail(tmp_path: Path) -> None:
+    """A service answering huge bodies makes pytest print them: oracle.log stays bounded."""
+    folder = oracle(tmp_path, """
+        def test_huge_failure():
+            print("y" * 5_000_000)
+            assert False, "the body was wrong"
+    """)
+    (item,) = await run_oracle(folder, NOWHERE, tmp_path, item_timeout=10, log_cap=64 * 1024)
+    assert item.failed and "the body was wrong" in item.message
+    log = (tmp_path / "oracle.log").read_text()
+    assert len(log) <= 64 * 1024 + 200
+    assert "[anvil: log capped at 65536 bytes:" in log
+    assert "1 failed" in log.splitlines()[-1]  # the tail: pytest's own last line
