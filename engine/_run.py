@@ -93,7 +93,8 @@ def plan(task_paths: Sequence[Path], submissions: Path) -> Plan:
     with no submissions is a problem line and is named in ``without_submissions``.
 
     Raises:
-        InputError: ``submissions`` or a task folder does not exist.
+        InputError: ``submissions`` or a task folder does not exist, or two task
+            folders have the same id.
     """
     if not submissions.is_dir():
         raise InputError(submissions, "no such submissions folder")
@@ -103,6 +104,7 @@ def plan(task_paths: Sequence[Path], submissions: Path) -> Plan:
             raise InputError(path, "no such task folder")
     single = (submissions / "Dockerfile").is_file()
     result = Plan([], [], [])
+    seen: dict[str, Path] = {}
     for path in task_paths:
         task: Task | None = None
         problem: str | None = None
@@ -112,6 +114,9 @@ def plan(task_paths: Sequence[Path], submissions: Path) -> Plan:
             problem = str(exc)
             result.problems.append(problem)
         task_id = task.id if task else path.name
+        if task_id in seen:  # results, logs and DIR/<task-id>/ would mix: refuse
+            raise InputError(path, f"task id {task_id!r} is also the id of {seen[task_id]}")
+        seen[task_id] = path
         base = submissions
         nested = submissions / task_id
         if not single and nested.is_dir():

@@ -34,13 +34,13 @@ def scratch_bytes(home: Path) -> int:
 async def test_a_hundred_evaluations_leave_nothing_behind(
     tiny_task: Task, make_submission: MakeSubmission, tmp_path: Path, cache_dir: Path
 ) -> None:
-    subs = [make_submission("ok"), make_submission("fail_item"), make_submission("crash")]
+    modes = ["ok", "fail_item", "crash"]
     # Warm-up: caches, imports, thread pools reach their steady size.
-    await run_engine([(tiny_task, s) for s in subs * 4], tmp_path / "warm", cache_dir,
-                     concurrency=8)
+    await run_engine([(tiny_task, make_submission(modes[i % 3])) for i in range(12)],
+                     tmp_path / "warm", cache_dir, concurrency=8)
+    pairs = [(tiny_task, make_submission(modes[i % 3])) for i in range(100)]
     fds, threads, rss = open_fds(), threading.active_count(), rss_mb()
 
-    pairs = [(tiny_task, subs[i % 3]) for i in range(100)]
     results, store, run_id = await run_engine(pairs, tmp_path / "home", cache_dir,
                                               concurrency=8)
     store.close()
