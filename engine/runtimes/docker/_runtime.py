@@ -498,14 +498,27 @@ class DockerRuntime:
             raise
 
     async def _remove(self, instance: DockerInstance) -> None:
+        """Remove the container until the daemon says it is gone (404).
+
+        A DELETE cut short by a deadline can leave the daemon's removal aborted or still
+        in progress (409): asking again, a moment later, is what finishes it.
+        """
         assert self.docker is not None
         container = self.docker.containers.container(instance.container_id)
-        try:
-            await self._api(f"remove {instance.name}",
-                            lambda: container.delete(force=True, v=True))
-        except DockerError as exc:
-            if exc.status != 404:  # already gone is what we wanted
-                raise HarnessError(f"Docker API remove {instance.name}: {exc.message}") from exc
+        delay = 0.1
+        while True:
+            try:
+                await self._api(f"remove {instance.name}",
+                                lambda: container.delete(force=True, v=True))
+            except DockerError as exc:
+                if exc.status == 409:  # a removal in progress: wait for its outcome
+                    await anyio.sleep(delay)
+                    delay = min(delay * 2, 1.0)
+                    continue
+                if exc.status != 404:  # already gone is what we wanted
+                    raise HarnessError(
+                        f"Docker API remove {instance.name}: {exc.message}") from exc
+            break
         instance.mark_exited(ExitInfo(None, "stopped"))
         self._instances.pop(instance.container_id, None)
 
