@@ -385,7 +385,8 @@ class Lifecycle:
                     with anyio.fail_after(self.ev.task.timeout(Phase.TEARDOWN)):
                         await stack.aclose()
             except Exception as exc:  # noqa: BLE001 - a teardown fault must not hide the verdict
-                log.error("teardown of %s failed: %s", self.ev.evaluation_id, exc)
+                log.error("teardown of %s failed: %s", self.ev.evaluation_id,
+                          str(exc) or type(exc).__name__)
             finally:
                 self.phase = previous
 

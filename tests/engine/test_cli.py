@@ -66,6 +66,16 @@ def in_oracle(seen: list[dict]) -> set[str]:  # type: ignore[type-arg]
                       and e["phase"] == "oracle"}
 
 
+def kill_left_by(owner: int) -> None:
+    """Clean-up for a test that failed midway: whatever the anvil ``owner`` left running."""
+    for orphan in marked_processes():
+        if orphan.owner == owner:
+            try:
+                os.kill(orphan.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
 def run_of(home: Path) -> str:
     (folder,) = home.glob("runs/*")
     return folder.name
@@ -94,7 +104,7 @@ def test_json_lines_on_stdout_and_human_output_on_stderr(
     assert "pass=1 fail=1 error=0" in done.stderr
 
 
-def test_sigint_tears_down_and_exits_130(
+def test_sigint_tears_down_exits_130_and_resume_finishes_the_run(
     make_submission: MakeSubmission, tmp_path: Path, cache_dir: Path
 ) -> None:
     for _ in range(3):
@@ -111,12 +121,26 @@ def test_sigint_tears_down_and_exits_130(
         _out, err = proc.communicate(timeout=60)
     finally:
         proc.kill()
+        proc.communicate()
+        kill_left_by(proc.pid)
     assert proc.returncode == 130, err
     # the hint is one line a script can grep, whatever its length
     assert any(f"go on with `anvil run --resume {run_id}`" in line for line in err.splitlines())
     assert [p for p in marked_processes() if p.run_id == run_id] == []
     store = Store(f"sqlite:///{home / 'anvil.db'}")
     assert store.run(run_id).status == "interrupted"  # type: ignore[union-attr]
+    unfinished = {r.id for r in store.evaluations(run_id) if r.status != "done"}
+    assert unfinished  # the interrupted oracles left their evaluations to do
+
+    resumed = anvil("run", "--resume", run_id, "--json", home=home, cache=cache_dir)
+    assert resumed.returncode == 0, resumed.stderr
+    assert {json.loads(line)["evaluation_id"] for line in resumed.stdout.splitlines()} == (
+        unfinished)
+    rows = store.evaluations(run_id)
+    assert [(r.status, r.verdict, r.phase, r.items_passed) for r in rows] == [
+        ("done", "fail", "oracle", 3)] * 3
+    assert store.run(run_id).status == "finished"  # type: ignore[union-attr]
+    assert "pass=0 fail=3 error=0 (3 evaluations" in resumed.stderr
 
 
 def test_kill9_then_resume_finishes_with_the_same_verdicts(
@@ -138,25 +162,29 @@ def test_kill9_then_resume_finishes_with_the_same_verdicts(
     finally:
         proc.kill()  # SIGKILL: no teardown, no final writes
         proc.communicate()
-    run_id = run_of(home)
-    store = Store(f"sqlite:///{home / 'anvil.db'}")
-    finished_before = {r.id: r.verdict for r in store.evaluations(run_id) if r.status == "done"}
-    assert 2 <= len(finished_before) < len(modes)
+    try:
+        run_id = run_of(home)
+        store = Store(f"sqlite:///{home / 'anvil.db'}")
+        finished_before = {r.id: r.verdict for r in store.evaluations(run_id)
+                           if r.status == "done"}
+        assert 2 <= len(finished_before) < len(modes)
 
-    resumed = anvil("run", "--resume", run_id, "--json", home=home, cache=cache_dir)
-    assert resumed.returncode == 0, resumed.stderr
-    # the totals are the whole run's, not only what this resume did
-    assert (f"pass=2 fail=4 error=0 (6 evaluations, {len(finished_before)} done before this "
-            f"resume; run {run_id})") in resumed.stderr.splitlines()
-    redone = [json.loads(line) for line in resumed.stdout.splitlines()]
-    assert {r["evaluation_id"] for r in redone}.isdisjoint(finished_before)
-    rows = store.evaluations(run_id)
-    assert len(rows) == len(modes) and len({r.submission for r in rows}) == len(modes)
-    for row in rows:
-        assert row.status == "done"
-        assert (row.verdict, row.phase) == expected[names[Path(row.submission).name]]
-    assert {r.id: r.verdict for r in rows if r.id in finished_before} == finished_before
-    assert [p for p in marked_processes() if p.run_id == run_id] == []
+        resumed = anvil("run", "--resume", run_id, "--json", home=home, cache=cache_dir)
+        assert resumed.returncode == 0, resumed.stderr
+        # the totals are the whole run's, not only what this resume did
+        assert (f"pass=2 fail=4 error=0 (6 evaluations, {len(finished_before)} done before this "
+                f"resume; run {run_id})") in resumed.stderr.splitlines()
+        redone = [json.loads(line) for line in resumed.stdout.splitlines()]
+        assert {r["evaluation_id"] for r in redone}.isdisjoint(finished_before)
+        rows = store.evaluations(run_id)
+        assert len(rows) == len(modes) and len({r.submission for r in rows}) == len(modes)
+        for row in rows:
+            assert row.status == "done"
+            assert (row.verdict, row.phase) == expected[names[Path(row.submission).name]]
+        assert {r.id: r.verdict for r in rows if r.id in finished_before} == finished_before
+        assert [p for p in marked_processes() if p.run_id == run_id] == []
+    finally:
+        kill_left_by(proc.pid)  # the resume reaps them; a failure before it must too
 
 
 def test_verify_prints_one_line_and_reveals_nothing(

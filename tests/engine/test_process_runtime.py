@@ -11,9 +11,18 @@ from pathlib import Path
 
 import aiohttp
 import anyio
+import psutil
 import pytest
 
-from engine import BuildFailed, HarnessError, Phase, PhaseStarted, ProcessRuntime, Verdict
+from engine import (
+    BuildFailed,
+    HarnessError,
+    Phase,
+    PhaseFinished,
+    PhaseStarted,
+    ProcessRuntime,
+    Verdict,
+)
 from engine.runtimes.process import BASE_PATH, PreparedService
 from engine.types import BuildRequest
 from tests.conftest import MakeSubmission, run_engine
@@ -36,30 +45,60 @@ async def test_ten_services_hard_coding_port_8000_run_at_once(
     assert len(ports) == 10
 
 
-async def test_services_overlap_in_time(
+async def test_concurrency_caps_services_and_oracles_and_builds_have_their_own_limit(
     tiny_task, make_submission: MakeSubmission, tmp_path: Path, cache_dir: Path
 ) -> None:
+    """With --concurrency 3, six services that live > 2 s each (one item hangs until its
+    deadline): at every moment at most 3 services and 3 oracle runs, and 3 is reached;
+    builds never more than their own limit (min(N, 2)). Counted from the event stream
+    (a service holds its slot from startup until its teardown has finished) and checked
+    against the live processes at each event."""
     from engine import Planned, Runner, RunSettings, Store
 
-    subs = [make_submission("ok") for _ in range(4)]
+    n = 3
+    subs = [make_submission("slow_item") for _ in range(6)]
     store = Store(f"sqlite:///{tmp_path / 'db.sqlite'}")
-    live, peak = 0, 0
+    live: dict[Phase, set[str]] = {Phase.BUILD: set(), Phase.STARTUP: set(),
+                                   Phase.ORACLE: set()}
+    peak = {phase: 0 for phase in live}
+    peak_instances = 0
     async with ProcessRuntime(cache_dir) as runtime:
-        runner = Runner(store, runtime, RunSettings(home=tmp_path, concurrency=4))
+        runner = Runner(store, runtime, RunSettings(home=tmp_path, concurrency=n))
         run_id = await runner.start([Planned(tiny_task.root, s, tiny_task) for s in subs])
 
+        def instances() -> int:
+            """Services of this run alive now, by their per-instance env mark."""
+            marks = set()
+            for proc in psutil.process_iter(["environ", "status"]):
+                env = proc.info["environ"] or {}
+                if env.get("ANVIL_RUN") == run_id and "ANVIL_INSTANCE" in env \
+                        and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                    marks.add(env["ANVIL_INSTANCE"])
+            return len(marks)
+
         async def count(stream):  # type: ignore[no-untyped-def]
-            nonlocal live, peak
+            nonlocal peak_instances
             async with stream:
                 async for ev in stream:
-                    if isinstance(ev, PhaseStarted) and ev.phase is Phase.STARTUP:
-                        live += 1
-                        peak = max(peak, live)
-                    elif isinstance(ev, PhaseStarted) and ev.phase is Phase.TEARDOWN:
-                        live -= 1
+                    if isinstance(ev, PhaseStarted) and ev.phase in live:
+                        live[ev.phase].add(ev.evaluation_id)
+                    elif isinstance(ev, PhaseFinished) and ev.phase in live \
+                            and ev.phase is not Phase.STARTUP:
+                        live[ev.phase].discard(ev.evaluation_id)
+                    elif isinstance(ev, PhaseFinished) and ev.phase is Phase.TEARDOWN:
+                        live[Phase.STARTUP].discard(ev.evaluation_id)  # the slot is free
+                    for phase, ids in live.items():
+                        peak[phase] = max(peak[phase], len(ids))
+                    peak_instances = max(peak_instances, instances())
 
-        await runner.execute(run_id, [count])
-    assert peak > 1
+        with anyio.fail_after(90):
+            results = await runner.execute(run_id, [count])
+    # Every service ran its oracle to the end: nothing crashed its way to a low count.
+    assert [(r.verdict, r.phase, r.items_passed) for r in results] == [
+        (Verdict.FAIL, Phase.ORACLE, 3)] * len(subs), [r.reason for r in results]
+    # Each cap is reached and never passed; the processes agree with the events.
+    assert (peak[Phase.STARTUP], peak[Phase.ORACLE], peak_instances) == (n, n, n)
+    assert peak[Phase.BUILD] == 2
 
 
 async def test_same_requirements_share_one_venv_built_once(

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -33,11 +32,20 @@ from engine import (
     Verdict,
     load_task,
 )
-from engine._reaper import marked_processes
 from engine._lifecycle import Evaluation
+from engine._reaper import marked_processes
 from engine.types import Runtime
 from tests.conftest import FIXTURES, MakeSubmission
-from tests.engine.test_cli import TINY, anvil, events, in_oracle, run_of, spawn, wait_for
+from tests.engine.test_cli import (
+    TINY,
+    anvil,
+    events,
+    in_oracle,
+    kill_left_by,
+    run_of,
+    spawn,
+    wait_for,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -156,15 +164,15 @@ async def test_build_deadline_fails_the_build_and_kills_pip(
     (sub / "Dockerfile").write_text((sub / "Dockerfile").read_text().replace(
         "COPY server.py .", f"RUN pip install --index-url {url} anvil-never-answers\n"
                             "COPY server.py ."))
-    task = task_with(tmp_path, build_timeout=6)
+    task = task_with(tmp_path, build_timeout=4)
     # A cache of its own: a venv half built by a killed pip must not touch the session's.
     watched = await run_watched(task, sub, tmp_path, tmp_path / "cache")
     result = watched.result
     assert result is not None
     assert (result.verdict, result.phase, result.reason) == (
-        Verdict.FAIL, Phase.BUILD, "build timed out after 6s")
+        Verdict.FAIL, Phase.BUILD, "build timed out after 4s")
     assert hanging_index.connected.is_set()  # pip was really waiting on the index
-    assert watched.phases[Phase.BUILD].message == "timed out after 6s"
+    assert watched.phases[Phase.BUILD].message == "timed out after 4s"
     assert processes_naming(url) == []  # pip went with the build
     assert Phase.STARTUP not in watched.phases
 
@@ -230,10 +238,6 @@ async def test_oracle_deadline_fails_the_oracle_and_kills_the_oracle_and_service
     assert watched.alive_at_finish == []  # pytest and the service are both gone
 
 
-@pytest.mark.xfail(reason="engine bug: ProcessInstance.terminate waits 3 s after SIGTERM "
-                   "before SIGKILL, so a teardown deadline under 3 s cancels it first and the "
-                   "service lives on until the runtime closes (the end of the run)",
-                   strict=True)
 async def test_teardown_deadline_ends_teardown_and_leaves_no_process(
     tmp_path: Path, make_submission: MakeSubmission, cache_dir: Path
 ) -> None:
@@ -279,3 +283,172 @@ async def test_with_health_path_the_same_service_fails_health(
     assert (result.verdict, result.phase) == (Verdict.FAIL, Phase.HEALTH)
     assert result.reason == ("no HTTP answer within 2s: "
                              "GET /health failed: ServerDisconnectedError")
+
+
+# -- the CLI: --db / ANVIL_DB, report RUN_ID -o, tasks list, gc, the success rate ------
+
+
+def _env_with(cache: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "ANVIL_DB")}
+    return {**env, "ANVIL_CACHE": str(cache), **extra}
+
+
+def test_db_puts_the_store_elsewhere_and_report_reads_it_there(
+    make_submission: MakeSubmission, tmp_path: Path, cache_dir: Path
+) -> None:
+    home = tmp_path / "home"
+    db = tmp_path / "elsewhere" / "results.db"  # its folder does not exist yet
+    url = f"sqlite:///{db}"
+    done = anvil("run", str(TINY), "--submissions", str(make_submission("ok")), "--json",
+                 "--runtime", "process", "--db", url, home=home, cache=cache_dir)
+    assert done.returncode == 0, done.stderr
+    (row,) = [json.loads(line) for line in done.stdout.splitlines()]
+    assert db.is_file() and not (home / "anvil.db").exists()
+    assert (home / "runs" / row["run_id"] / "events.jsonl").is_file()  # logs stay in home
+    store = Store(url)
+    try:
+        (record,) = store.evaluations(row["run_id"])
+        assert (record.status, record.verdict, record.items_passed) == ("done", "pass", 4)
+    finally:
+        store.close()
+
+    # `report --db` reads that store; without it, the home's store knows no such run.
+    report = anvil("report", row["run_id"], "-f", "json", "--db", url, home=home,
+                   cache=cache_dir)
+    assert report.returncode == 0, report.stderr
+    assert json.loads(report.stdout)["run"]["id"] == row["run_id"]
+    missing = anvil("report", row["run_id"], home=home, cache=cache_dir)
+    assert missing.returncode == 2 and f"no run '{row['run_id']}'" in missing.stderr
+
+    # ANVIL_DB does what --db does; `report RUN_ID -o FILE` writes that run into FILE.
+    out = tmp_path / "reports" / "deep" / "run.json"
+    by_env = subprocess.run(
+        [sys.executable, "-m", "engine", "report", row["run_id"], "-f", "json", "-o", str(out),
+         "--home", str(home)],
+        capture_output=True, text=True, timeout=60, env=_env_with(cache_dir, ANVIL_DB=url))
+    assert by_env.returncode == 0, by_env.stderr
+    assert by_env.stdout == "" and f"wrote {out}" in by_env.stderr
+    written = json.loads(out.read_text())
+    assert written == json.loads(report.stdout)
+    (evaluation,) = written["evaluations"]
+    assert (evaluation["evaluation_id"], evaluation["verdict"]) == (row["evaluation_id"], "pass")
+
+
+def test_report_of_one_run_among_several_into_a_file(
+    make_submission: MakeSubmission, tmp_path: Path, cache_dir: Path
+) -> None:
+    home = tmp_path / "home"
+    ids = []
+    for mode in ("ok", "crash"):
+        done = anvil("run", str(TINY), "--submissions", str(make_submission(mode)), "--json",
+                     "--runtime", "process", home=home, cache=cache_dir)
+        ids.append(json.loads(done.stdout)["run_id"])
+    first = tmp_path / "out" / "first.xml"
+    written = anvil("report", ids[0], "-f", "junit", "-o", str(first), home=home,
+                    cache=cache_dir)
+    assert written.returncode == 0, written.stderr
+    text = first.read_text()
+    assert f'name="anvil run {ids[0]}"' in text and ids[1] not in text  # not `latest`
+    assert '<property name="verdict" value="pass" />' in text and "<failure" not in text
+
+
+def test_an_error_is_kept_out_of_the_success_rate(
+    make_submission: MakeSubmission, tmp_path: Path, cache_dir: Path
+) -> None:
+    make_submission("ok", name="a-pass")
+    make_submission("fail_item", name="b-fail")
+    harness = make_submission("ok", name="c-error")  # a line the process runtime refuses
+    (harness / "Dockerfile").write_text("FROM python:3.11-slim\nRUN apt-get install -y curl\n"
+                                        "CMD [\"python\", \"server.py\"]\n")
+    home = tmp_path / "home"
+    done = anvil("run", str(TINY), "--submissions", str(tmp_path / "submissions"), "--json",
+                 "--runtime", "process", home=home, cache=cache_dir)
+    assert done.returncode == 3, done.stderr  # an evaluation ended in error
+    verdicts = {Path(r["submission"]).name: r["verdict"]
+                for r in map(json.loads, done.stdout.splitlines())}
+    assert verdicts == {"a-pass": "pass", "b-fail": "fail", "c-error": "error"}
+
+    report = json.loads(anvil("report", "-f", "json", home=home, cache=cache_dir).stdout)
+    (task,) = report["tasks"]
+    assert (task["passed"], task["failed"], task["errors"]) == (1, 1, 1)
+    assert task["success_rate"] == 0.5  # 1 of the 2 judged; 1/3 if the error counted
+    assert report["summary"]["success_rate"] == 0.5
+    assert (task["items_passed"], task["items_total"]) == (7, 8)  # the error has no items
+    table = anvil("report", home=home, cache=cache_dir).stdout
+    (row,) = [line for line in table.splitlines() if line.split("│")[1:2] == [" tiny "]
+              and "%" in line]
+    assert [cell.strip() for cell in row.split("│")[1:6]] == ["tiny", "1/2", "50%", "88%", "1"]
+
+
+def test_tasks_list_shows_each_task_and_what_is_wrong_with_a_broken_one(
+    tmp_path: Path, cache_dir: Path
+) -> None:
+    bundled = subprocess.run([sys.executable, "-m", "engine", "tasks", "list"], cwd=ROOT,
+                             capture_output=True, text=True, timeout=60,
+                             env=_env_with(cache_dir, COLUMNS="200"))
+    assert bundled.returncode == 0, bundled.stderr
+    (line,) = [ln for ln in bundled.stdout.splitlines() if "taskboard" in ln]
+    taskboard = load_task(ROOT / "tasks" / "taskboard").config
+    assert [c.strip() for c in line.split("│")[1:5]] == [
+        "taskboard", taskboard.title, taskboard.domain, "-"]
+
+    root = tmp_path / "tasks"
+    task_with(tmp_path, name="tiny")
+    task_with(tmp_path, name="broken")
+    (root / "broken" / "task.toml").write_text('id = "broken"\n[service]\nport = "8000"\n')
+    (root / "notes").mkdir()  # no task.toml, no tests/: not a task
+    listed = subprocess.run([sys.executable, "-m", "engine", "tasks", "list", str(root)],
+                            capture_output=True, text=True, timeout=60,
+                            env=_env_with(cache_dir, COLUMNS="300"))
+    assert listed.returncode == 0, listed.stderr
+    rows = {c[0]: c for c in ([x.strip() for x in ln.split("│")[1:-1]]
+                              for ln in listed.stdout.splitlines() if "│" in ln)}
+    assert set(rows) == {"tiny", "broken"}
+    assert rows["tiny"] == ["tiny", "Tiny key-value service", "test", "-", str(root / "tiny")]
+    assert "service.port" in rows["broken"][1]
+
+    empty = subprocess.run([sys.executable, "-m", "engine", "tasks", "list",
+                            str(tmp_path / "none")], capture_output=True, text=True,
+                           timeout=60, env=_env_with(cache_dir))
+    assert empty.returncode == 2 and "no task folders" in empty.stderr
+
+
+def _environ_of(pid: int) -> dict[str, str]:
+    try:
+        return psutil.Process(pid).environ()
+    except psutil.Error:
+        return {}
+
+
+def test_gc_reaps_the_processes_a_killed_run_left(
+    make_submission: MakeSubmission, tmp_path: Path, cache_dir: Path
+) -> None:
+    for _ in range(2):
+        make_submission("slow_item")
+    home = tmp_path / "home"
+    proc = spawn("run", str(TINY), "--submissions", str(tmp_path / "submissions"),
+                 "--runtime", "process", home=home, cache=cache_dir)
+    try:
+        wait_for(lambda: len(in_oracle(events(home))) == 2)
+        proc.kill()  # kill -9 mid-oracle: no teardown at all
+        proc.communicate(timeout=30)
+        run_id = run_of(home)
+        left = [p for p in marked_processes() if p.owner == proc.pid]
+        assert {p.run_id for p in left} == {run_id}
+        # Both services outlived their anvil (an oracle run may die on its own of the
+        # broken pipe to the dead anvil, so only the services are counted exactly).
+        services = {p.pgid for p in left if "ANVIL_INSTANCE" in _environ_of(p.pid)}
+        assert len(services) == 2
+
+        reaped = anvil("gc", "--home", str(home), home=home, cache=cache_dir)
+        assert reaped.returncode == 0, reaped.stderr
+        for pgid in services:
+            assert f"killed process group {pgid} (run {run_id}, owner {proc.pid})" in (
+                reaped.stderr.splitlines())
+        assert [p for p in marked_processes() if p.owner == proc.pid] == []
+        assert [p.pid for p in left if psutil.pid_exists(p.pid)
+                and psutil.Process(p.pid).status() != psutil.STATUS_ZOMBIE] == []
+    finally:
+        proc.kill()
+        proc.communicate()
+        kill_left_by(proc.pid)

@@ -346,12 +346,17 @@ class ProcessInstance:
         others = await anyio.to_thread.run_sync(service_processes, leader, self.mark)
         self._signal_group(signal.SIGTERM, others)
         kill_processes(others, signal.SIGTERM)
-        with anyio.move_on_after(grace):
-            await self._exited.wait()
-        # Like a container's end: once the main process is gone, the rest goes at once.
-        others = await anyio.to_thread.run_sync(service_processes, leader, self.mark)
-        self._signal_group(signal.SIGKILL, others)
-        kill_processes(others, signal.SIGKILL)
+        try:
+            with anyio.move_on_after(grace):
+                await self._exited.wait()
+        finally:
+            # Like a container's end: once the main process is gone, the rest goes at once.
+            # Also when the teardown deadline (or a cancel) cut the grace short: SIGKILL
+            # is never skipped, or a service ignoring SIGTERM would outlive its slot.
+            # (No await here: a pending cancel cannot interrupt it.)
+            others = service_processes(leader, self.mark) + others
+            self._signal_group(signal.SIGKILL, others)
+            kill_processes(others, signal.SIGKILL)
         with anyio.move_on_after(grace):
             await self._exited.wait()
             await _wait_gone(others)
