@@ -149,3 +149,83 @@ def test_every_runtime_declares_what_auto_needs() -> None:
     for name in NAMES:
         factory = runtime_factory(name)
         assert factory.name == name and isinstance(factory.priority, int)
+
+
+async def test_a_service_past_its_memory_limit_ends(
+    runtime_name: str, make_submission: MakeSubmission, tmp_path: Path, cache_dir: Path
+) -> None:
+    """``memory_mb`` is a limit: a container is OOM-killed, a process gets MemoryError."""
+    work = tmp_path / "w"
+    work.mkdir()
+    async with opened(runtime_name, cache_dir) as runtime:
+        artifact = await runtime.build(BuildRequest(make_submission("oom"), work,
+                                                    work / "build.log"))
+        instance = await runtime.start(artifact, StartRequest(
+            port=8000, env={}, workdir=work, log_path=work / "service.log", log_cap=1 << 20,
+            labels={"anvil.run": "conformance", "anvil.evaluation": "oom"}, memory_mb=64))
+        try:
+            with anyio.fail_after(30):
+                info = await instance.wait_exit()
+            assert info.returncode not in (0, None), info
+        finally:
+            await runtime.stop(instance)
+
+
+REAP_SCRIPT = """
+import sys, anyio
+from pathlib import Path
+from engine.runtimes import runtime_factory
+from engine.types import BuildRequest, StartRequest
+from engine._reaper import owner_env
+
+async def main(name, sub, work, cache):
+    work = Path(work)
+    async with runtime_factory(name)(Path(cache)) as runtime:
+        art = await runtime.build(BuildRequest(Path(sub), work, work / "build.log"))
+        inst = await runtime.start(art, StartRequest(
+            port=8000, env=owner_env("reap-test"), workdir=work,
+            log_path=work / "service.log", log_cap=1 << 20,
+            labels={"anvil.run": "reap-test", "anvil.evaluation": "reap"}))
+        print(await inst.wait_listening(), flush=True)
+        await anyio.sleep_forever()
+
+anyio.run(main, *sys.argv[1:])
+"""
+
+
+def test_what_a_killed_anvil_left_is_reaped_by_gc(
+    runtime_name: str, make_submission: MakeSubmission, tmp_path: Path, cache_dir: Path
+) -> None:
+    """kill -9 of the anvil that started a service, then `anvil gc`: the service is gone."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    work = tmp_path / "w"
+    work.mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", REAP_SCRIPT, runtime_name, str(make_submission("ok")),
+         str(work), str(cache_dir)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None
+        base = holder.stdout.readline().strip()
+        assert base.startswith("http://"), "the service did not start"
+        anyio.run(answering, base + "/health")
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.communicate()  # reaps it and closes its pipe
+    gc = subprocess.run([sys.executable, "-m", "engine", "gc"], capture_output=True,
+                        text=True, timeout=120, env=os.environ)
+    assert gc.returncode == 0, gc.stderr
+
+    async def gone() -> None:
+        with anyio.fail_after(15):
+            while True:
+                try:
+                    await get(base + "/health")
+                except aiohttp.ClientError:
+                    return
+                await anyio.sleep(0.1)
+
+    anyio.run(gone)

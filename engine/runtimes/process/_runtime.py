@@ -188,6 +188,7 @@ class ProcessRuntime:
             ),
             "ANVIL_SERVICE_PORT": str(request.port),
             "ANVIL_BIND_REPORT": str(report),
+            "ANVIL_MEMORY_MB": str(request.memory_mb),  # enforced by the shim, per process
             INSTANCE_VAR: next(self._marks),  # inherited by every process it starts
         }
         if artifact.venv:

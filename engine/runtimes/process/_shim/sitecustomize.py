@@ -14,10 +14,28 @@ only is reported as "lo": inside a container it could not be reached through
 the published port, so the engine treats it as not listening. The engine reads
 that file to learn the service's address, and to explain a service that
 listens on the wrong port.
+
+With ANVIL_MEMORY_MB set, each Python process of the service gets that much
+data memory at most (RLIMIT_DATA: heap and private writable mappings): a
+service that allocates past it gets MemoryError and ends, as one past a
+container's memory limit is OOM-killed. It is a per-process limit, not a
+cgroup: the process runtime isolates nothing.
 """
 
 import os
 import socket
+
+_MEMORY_MB = int(os.environ.get("ANVIL_MEMORY_MB") or 0)
+if _MEMORY_MB > 0:
+    import resource
+
+    _limit = _MEMORY_MB * 1024 * 1024
+    _soft, _hard = resource.getrlimit(resource.RLIMIT_DATA)
+    if _hard == resource.RLIM_INFINITY or _hard > _limit:
+        try:
+            resource.setrlimit(resource.RLIMIT_DATA, (_limit, _limit))
+        except (ValueError, OSError):
+            pass
 
 _PORT = int(os.environ.get("ANVIL_SERVICE_PORT") or 0)
 _REPORT = os.environ.get("ANVIL_BIND_REPORT")
