@@ -48,6 +48,9 @@ async def test_a_hundred_evaluations_leave_nothing_behind(
     assert {r.verdict for r in results} == {Verdict.PASS, Verdict.FAIL}
     assert len(list((tmp_path / "home" / "runs" / run_id).glob("*/service.log"))) == 100
 
+    print(f"\nafter 100 evaluations: open files {fds} -> {open_fds()}, threads {threads} -> "
+          f"{threading.active_count()}, RSS {rss:.0f} -> {rss_mb():.0f} MiB, scratch bytes "
+          f"left {scratch_bytes(tmp_path / 'home')}")  # shown with `pytest -s`
     assert open_fds() <= fds + 2, "file descriptors leaked"
     assert threading.active_count() <= threads + 1, "threads leaked"
     assert [p for p in marked_processes() if p.run_id == run_id] == [], "processes leaked"
