@@ -4,6 +4,7 @@ a proxy) is wired in by an Attachment and released by teardown, whatever the ver
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
 
@@ -85,15 +86,25 @@ def relay_task(tmp_path: Path) -> Task:
     return load_task(root)
 
 
-async def test_attachment_env_reaches_service_and_oracle_and_is_released(
-    relay_task: Task, make_submission: MakeSubmission, tmp_path: Path, cache_dir: Path
-) -> None:
-    providers: list[Provider] = []
+@pytest.fixture
+def providers() -> list[Provider]:
+    """Every Provider the attachment factory below made, in order."""
+    return []
 
-    def attach(_ev: Evaluation) -> Provider:
+
+@pytest.fixture
+def attach(providers: list[Provider]) -> Callable[[Evaluation], Provider]:
+    def make(_ev: Evaluation) -> Provider:
         providers.append(Provider())
         return providers[-1]
 
+    return make
+
+
+async def test_attachment_env_reaches_service_and_oracle_and_is_released(
+    relay_task: Task, make_submission: MakeSubmission, tmp_path: Path, cache_dir: Path,
+    providers: list[Provider], attach: Callable[[Evaluation], Provider],
+) -> None:
     (result,), store, run_id = await run_engine(
         [(relay_task, make_submission("ok"))], tmp_path, cache_dir, attachments=[attach])
     assert result.verdict is Verdict.PASS, result.reason
@@ -106,14 +117,9 @@ async def test_attachment_env_reaches_service_and_oracle_and_is_released(
 
 
 async def test_attachment_is_released_when_the_service_crashes(
-    relay_task: Task, make_submission: MakeSubmission, tmp_path: Path, cache_dir: Path
+    relay_task: Task, make_submission: MakeSubmission, tmp_path: Path, cache_dir: Path,
+    providers: list[Provider], attach: Callable[[Evaluation], Provider],
 ) -> None:
-    providers: list[Provider] = []
-
-    def attach(_ev: Evaluation) -> Provider:
-        providers.append(Provider())
-        return providers[-1]
-
     (result,), _, _ = await run_engine(
         [(relay_task, make_submission("crash"))], tmp_path, cache_dir, attachments=[attach])
     assert result.verdict is Verdict.FAIL
