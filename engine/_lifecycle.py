@@ -59,6 +59,7 @@ log = logging.getLogger("anvil.engine")
 T = TypeVar("T")
 
 DEFAULT_LOG_CAP = 2 * 1024 * 1024
+_HARNESS_PHASES = (Phase.STARTUP, Phase.WIRING)  # a deadline there is anvil's, not the service's
 
 
 @dataclass(frozen=True)
@@ -188,6 +189,10 @@ class Lifecycle:
         if isinstance(exc, TimeoutError):
             timeout = self.ev.task.timeout(self.phase)
             reason = f"{self.phase.value} timed out after {timeout:g}s"
+            if self.phase in _HARNESS_PHASES:
+                # Starting a process or container and wiring mocks is anvil's work (the
+                # service's own start-up time counts in `health`): not the candidate's.
+                return Result(Verdict.ERROR, self.phase, reason, items, retry=True)
             return Result(Verdict.FAIL, self.phase, reason, items)
         if isinstance(exc, AnvilError):
             # A deterministic refusal (an oracle that does not import, an instruction the

@@ -7,9 +7,11 @@ from pathlib import Path
 
 import anyio
 import pytest
+from anyio.streams.memory import MemoryObjectReceiveStream
 
 from engine import (
     EvaluationFinished,
+    Event,
     HarnessError,
     Phase,
     PhaseStarted,
@@ -24,7 +26,7 @@ from engine import (
     load_task,
 )
 from engine._reaper import marked_processes
-from engine.types import Artifact, BuildRequest
+from engine.types import Artifact, BuildRequest, Instance
 from tests.conftest import FIXTURES, MakeSubmission, run_engine
 from tests.engine.test_promises import run_watched
 
@@ -288,3 +290,35 @@ async def test_a_failed_health_probe_says_what_it_got(
                                        tmp_path, cache_dir)
     assert (result.verdict, result.phase) == (Verdict.FAIL, Phase.HEALTH)
     assert "no healthy answer" in result.reason and "answered 404" in result.reason
+
+
+class BrokenStop(ProcessRuntime):
+    """The real process runtime whose stop fails after stopping (a fault inside teardown)."""
+
+    async def stop(self, instance: Instance) -> None:
+        await super().stop(instance)
+        raise HarnessError("the runtime failed while stopping")
+
+
+async def test_a_teardown_fault_during_a_cancel_does_not_replace_the_cancel(
+    tiny_task: Task, make_submission: MakeSubmission, tmp_path: Path, cache_dir: Path
+) -> None:
+    """Ctrl-C mid-oracle, and teardown fails: the run is interrupted (resumable), not
+    scored `error` by the teardown fault."""
+    store = Store(f"sqlite:///{tmp_path / 'anvil.db'}")
+    async with BrokenStop(cache_dir) as runtime:
+        runner = Runner(store, runtime, RunSettings(home=tmp_path))
+        run_id = await runner.start([Planned(tiny_task.root, make_submission("slow_item"),
+                                             tiny_task)])
+
+        async def cancel_at_oracle(stream: MemoryObjectReceiveStream[Event]) -> None:
+            async with stream:
+                async for event in stream:
+                    if isinstance(event, PhaseStarted) and event.phase is Phase.ORACLE:
+                        runner.cancel()
+
+        with anyio.fail_after(60):
+            results = await runner.execute(run_id, [cancel_at_oracle])
+    assert runner.interrupted and results == []
+    (row,) = store.evaluations(run_id)
+    assert row.status != "done" and row.verdict is None  # `--resume` redoes it

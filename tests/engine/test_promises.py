@@ -205,7 +205,7 @@ class HangingAttachment:
         return None
 
 
-async def test_startup_deadline_fails_startup_and_closes_what_it_acquired(
+async def test_startup_deadline_is_the_harness_error_and_closes_what_it_acquired(
     tmp_path: Path, make_submission: MakeSubmission, cache_dir: Path
 ) -> None:
     task = task_with(tmp_path, startup_timeout=2)
@@ -213,8 +213,11 @@ async def test_startup_deadline_fails_startup_and_closes_what_it_acquired(
                                 attachments=[HangingAttachment])
     result = watched.result
     assert result is not None
+    # Starting the service is anvil's work (its own start-up counts in health): `error`,
+    # retried once, never the candidate's `fail`.
     assert (result.verdict, result.phase, result.reason) == (
-        Verdict.FAIL, Phase.STARTUP, "startup timed out after 2s")
+        Verdict.ERROR, Phase.STARTUP, "startup timed out after 2s")
+    assert result.attempt == 2
     assert watched.phases[Phase.STARTUP].message == "timed out after 2s"
     assert watched.phases[Phase.TEARDOWN].ok
     assert watched.alive_after[Phase.STARTUP]  # the helper ran through the deadline
