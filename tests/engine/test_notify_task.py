@@ -1,0 +1,106 @@
+"""The notify task (tasks/notify): its service ships and notifies through the evaluation's
+delivery mock. The reference passes every item and every broken variant in examples/notify
+gets the verdict EXPECTED.toml gives it, with the mock served by a real fabric."""
+
+from __future__ import annotations
+
+import ast
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from engine import EvaluationFinished, Task, Verdict, load_task
+from engine._mocks import MockFabric
+from tests.conftest import ROOT, run_engine
+
+TASK = ROOT / "tasks" / "notify"
+EXAMPLES = ROOT / "examples" / "notify"
+REFERENCES = ("reference", "reference-stdlib")  # FastAPI + urllib; http.server + http.client
+CATEGORIES = {"api_surface", "authorization", "validation", "state", "side_effects",
+              "workflow"}
+
+
+def _expected() -> dict[str, dict[str, object]]:
+    return tomllib.loads((EXAMPLES / "EXPECTED.toml").read_text())
+
+
+async def _run(folders: list[Path], tmp_path: Path, cache_dir: Path, runtime: str
+               ) -> list[EvaluationFinished]:
+    task: Task = load_task(TASK)
+    async with MockFabric() as fabric:
+        results, _, _ = await run_engine([(task, f) for f in folders], tmp_path, cache_dir,
+                                         concurrency=2, runtime=runtime,
+                                         attachments=[fabric.attach])
+        assert fabric.host.running == 0, "every delivery instance stops at its teardown"
+    return results
+
+
+def _check(folders: list[Path], results: list[EvaluationFinished]) -> None:
+    expected = _expected()
+    for folder, result in zip(folders, results, strict=True):
+        want = expected[folder.name]
+        got = {"verdict": result.verdict.value,
+               "phase": result.phase.value if result.phase else None}
+        assert got == {"verdict": want["verdict"], "phase": want.get("phase")}, (
+            f"{folder.name}: {result.reason}")
+        if result.verdict is Verdict.PASS:
+            assert len(result.items) >= 25 and all(i.passed for i in result.items)
+        if result.verdict is Verdict.FAIL and result.phase and result.phase.value == "oracle":
+            failed = sorted({str(i.category) for i in result.items if not i.passed})
+            names = [i.nodeid for i in result.items if not i.passed]
+            assert failed == want["categories"], f"{folder.name}: {names}"
+
+
+async def test_every_notify_example_gets_its_expected_verdict(tmp_path: Path,
+                                                              cache_dir: Path) -> None:
+    folders = sorted(p for p in EXAMPLES.iterdir() if p.is_dir())
+    assert {p.name for p in folders} == set(_expected()), "every example has a verdict"
+    assert set(REFERENCES) <= {p.name for p in folders} and len(folders) >= 10
+    _check(folders, await _run(folders, tmp_path, cache_dir, "process"))
+
+
+async def test_references_pass_on_docker_reaching_their_own_mock(
+    docker_ready: None, tmp_path: Path, cache_dir: Path
+) -> None:
+    # the container reaches its instance through the host alias, the oracle from the host;
+    # a variant that never calls the mock shows the oracle really reads that instance
+    folders = [EXAMPLES / "reference", EXAMPLES / "reference-stdlib", EXAMPLES / "no-provider"]
+    _check(folders, await _run(folders, tmp_path, cache_dir, "docker"))
+
+
+def test_the_reference_is_the_tasks_own() -> None:
+    for name in ("main.py", "Dockerfile", "requirements.txt"):
+        assert (EXAMPLES / "reference" / name).read_bytes() == (
+            TASK / "reference" / name).read_bytes(), name
+
+
+def test_notify_oracle_has_enough_items_and_asserts_on_the_journal() -> None:
+    counts: dict[str, int] = {}
+    journal_items = 0
+    for path in (TASK / "oracle").glob("test_*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
+                cats = [str(d.args[0].value) for d in node.decorator_list
+                        if isinstance(d, ast.Call) and getattr(d.func, "attr", "") == "category"
+                        and isinstance(d.args[0], ast.Constant)]
+                assert len(cats) == 1, f"{path.name}::{node.name} needs one category"
+                counts[cats[0]] = counts.get(cats[0], 0) + 1
+                journal_items += bool({a.arg for a in node.args.args} & {"delivery", "faulty"})
+    assert sum(counts.values()) >= 25
+    assert set(counts) == CATEGORIES and min(counts.values()) >= 4, counts
+    assert journal_items >= 10, "items must assert on the delivery mock's journal"
+
+
+def test_task_declares_the_delivery_mock_and_the_spec_names_it() -> None:
+    task = load_task(TASK)
+    assert [(m.kind, m.env) for m in task.config.mocks] == [("delivery", "DELIVERY_URL")]
+    spec = (TASK / "spec.md").read_text()
+    assert "DELIVERY_URL" in spec and "dk_test_" in spec and "Idempotency-Key" in spec
+
+
+@pytest.mark.parametrize("name", sorted(set(_expected()) - set(REFERENCES)))
+def test_every_broken_variant_says_what_is_broken(name: str) -> None:
+    want = _expected()[name]
+    assert want["verdict"] == "fail" and want["phase"] == "oracle" and want["bug"]
+    assert f"# BROKEN ({name})" in (EXAMPLES / name / "main.py").read_text()
