@@ -123,6 +123,10 @@ class Attachment(Protocol):
         """The oracle started item ``nodeid``: calls from now on belong to it."""
         ...
 
+    # Optional: ``async def oracle_finished(self) -> None``, called once the oracle ran to
+    # its end; raising a HarnessError there makes the verdict anvil's ``error`` (the
+    # recording proxy does when it could not relay a call).
+
 
 AttachmentFactory = Callable[["Evaluation"], Attachment | None]
 
@@ -274,6 +278,12 @@ class Lifecycle:
                                 extra_env={**ev.owner_env, **oracle_env},
                                 log_cap=self.log_cap,
                             ), "during the oracle", Phase.ORACLE)
+                        # A fault on anvil's side of the wire (the recording proxy could not
+                        # relay a call) makes the verdict anvil's `error`, not a `fail`.
+                        for attachment in self.attachments:
+                            finished = getattr(attachment, "oracle_finished", None)
+                            if finished is not None:
+                                await finished()
                 finally:
                     torn_down = True  # while the service slot is still held
                     await self._teardown(stack)

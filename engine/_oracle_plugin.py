@@ -11,13 +11,19 @@ things happen, so the engine can stream them:
 * ``{"collect_error": nodeid, "message": ...}`` for a file that does not collect;
 * ``{"finished": exitstatus}`` when the session ends normally.
 
-It imports nothing but pytest and the standard library: it runs in every oracle
-process, whose start-up cost is paid per evaluation.
+With ``ANVIL_TRACEPARENT`` set (the evaluation's trace, from the recording proxy), each
+item is a span: its record goes to ``ANVIL_SPANS`` when the item ends, and every
+``requests`` call the item makes carries a W3C ``traceparent`` naming the item's span,
+so the proxy nests the call under it.
+
+It imports nothing but pytest, the standard library and (when tracing) requests: it runs
+in every oracle process, whose start-up cost is paid per evaluation.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import signal
@@ -38,10 +44,91 @@ class ItemTimeout(Exception):
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "category(name): the oracle item's category")
+    _start_tracing()
 
 
-def _write(record: dict[str, Any]) -> None:
-    path = os.environ.get("ANVIL_RESULTS")
+# -- items as spans ----------------------------------------------------------------------
+
+_trace: dict[str, str] = {}  # trace_id, parent_id, spans (file), current (traceparent)
+_item_start_ns: dict[str, int] = {}
+
+
+def _item_span_id(trace_id: str, nodeid: str) -> str:
+    """The item's span id, derived so the engine computes the same one (it is
+    ``telemetry.derived_span_id``; a test keeps the two equal)."""
+    digest = hashlib.sha256(f"{trace_id}/{nodeid}".encode()).hexdigest()[:16]
+    return digest if digest != "0" * 16 else "1" * 16
+
+
+def _start_tracing() -> None:
+    version, _, rest = os.environ.get("ANVIL_TRACEPARENT", "").partition("-")
+    trace_id, _, rest = rest.partition("-")
+    parent_id = rest.partition("-")[0]
+    if version != "00" or len(trace_id) != 32 or len(parent_id) != 16:
+        return
+    _trace.update(trace_id=trace_id, parent_id=parent_id,
+                  spans=os.environ.get("ANVIL_SPANS", ""))
+    try:
+        import requests
+    except ImportError:  # an oracle that does not use requests: its calls are not linked
+        return
+    send = requests.Session.send
+    if getattr(send, "_anvil_traced", False):
+        return
+
+    def traced_send(self: requests.Session, request: requests.PreparedRequest,
+                    **kwargs: Any) -> requests.Response:
+        current = _trace.get("current")
+        if current and "traceparent" not in request.headers:
+            request.headers["traceparent"] = current  # the proxy strips it again
+        return send(self, request, **kwargs)
+
+    traced_send._anvil_traced = True  # type: ignore[attr-defined]
+    requests.Session.send = traced_send  # type: ignore[method-assign]
+
+
+def _item_started(nodeid: str) -> None:
+    if "trace_id" not in _trace:
+        return
+    _item_start_ns[nodeid] = time.time_ns()
+    span_id = _item_span_id(_trace["trace_id"], nodeid)
+    _trace["current"] = f"00-{_trace['trace_id']}-{span_id}-01"
+
+
+def _item_finished(nodeid: str, entry: dict[str, Any] | None) -> None:
+    """Append the item's span record (``telemetry.SpanData`` as a dict) to ANVIL_SPANS."""
+    _trace.pop("current", None)
+    start = _item_start_ns.pop(nodeid, None)
+    if start is None or not _trace.get("spans"):
+        return
+    end = time.time_ns()
+    entry = entry or {}
+    outcome = entry.get("outcome", "error")
+    message = entry.get("message", "")
+    failed = outcome in ("failed", "error")
+    events = []
+    if failed:
+        first = message.partition("\n")[0]
+        kind = first.partition(":")[0].strip()
+        events.append({"name": "exception", "ts_ns": end, "attributes": {
+            "exception.type": kind if kind.isidentifier() else "Failed",
+            "exception.message": message,
+            "exception.stacktrace": entry.get("traceback", ""),
+        }})
+    attributes = {"anvil.item.nodeid": nodeid, "anvil.item.outcome": outcome}
+    if entry.get("category"):
+        attributes["anvil.item.category"] = entry["category"]
+    _write({
+        "trace_id": _trace["trace_id"], "span_id": _item_span_id(_trace["trace_id"], nodeid),
+        "parent_id": _trace["parent_id"], "name": nodeid, "kind": "internal",
+        "start_ns": start, "end_ns": end, "status": "error" if failed else "unset",
+        "status_message": message if failed else "", "attributes": attributes,
+        "events": events,
+    }, _trace["spans"])
+
+
+def _write(record: dict[str, Any], path: str | None = None) -> None:
+    path = path or os.environ.get("ANVIL_RESULTS")
     if not path:
         return
     # One write() of one whole line on an O_APPEND file: the reader never sees half a record
@@ -63,6 +150,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 def pytest_runtest_logstart(nodeid: str, location: tuple[str, int | None, str]) -> None:
+    _item_started(nodeid)
     mark = {"start": nodeid, "ts": time.time()}
     marks = os.environ.get("ANVIL_MARKS")  # host:port of the engine's mark listener
     if not marks:
@@ -145,6 +233,7 @@ def pytest_runtest_makereport(
 
 def pytest_runtest_logfinish(nodeid: str, location: tuple[str, int | None, str]) -> None:
     entry = _state.pop(nodeid, None)
+    _item_finished(nodeid, entry)
     if entry is not None:
         entry.pop("started", None)
         _write(entry)

@@ -17,14 +17,26 @@ import fcntl
 import json
 import os
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, UniqueConstraint, event, inspect, or_, text, update
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Engine,
+    UniqueConstraint,
+    event,
+    insert,
+    inspect,
+    or_,
+    text,
+    update,
+)
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Field, Session, SQLModel, col, create_engine, delete, select
 
@@ -99,6 +111,35 @@ class ItemRecord(SQLModel, table=True):
     duration_s: float
     message: str = ""
     traceback: str = ""
+
+
+class SpanRecord(SQLModel, table=True):
+    """One finished span of an evaluation's trace (an oracle item, a proxied HTTP call).
+
+    ``attributes`` and ``events`` are JSON; times are unix nanoseconds. Every attempt of
+    an evaluation is its own trace (``trace_id``): readers pick the one they show.
+    """
+
+    __tablename__ = "spans"
+
+    evaluation_id: str = Field(primary_key=True)
+    span_id: str = Field(primary_key=True)
+    trace_id: str = Field(index=True)
+    parent_id: str | None = None
+    name: str
+    kind: str = "internal"
+    start_ns: int = Field(sa_column=Column(BigInteger, nullable=False))
+    end_ns: int = Field(sa_column=Column(BigInteger, nullable=False))
+    status: str = "unset"  # unset | ok | error
+    status_message: str = ""
+    attributes: str = "{}"  # JSON object
+    events: str = "[]"  # JSON list of {name, ts_ns, attributes}
+
+    def attributes_dict(self) -> dict[str, Any]:
+        return dict(json.loads(self.attributes))
+
+    def events_list(self) -> list[dict[str, Any]]:
+        return list(json.loads(self.events))
 
 
 def default_url(home: Path) -> str:
@@ -281,6 +322,42 @@ class Store:
         with Session(self.engine) as session:
             stmt = (select(ItemRecord).where(col(ItemRecord.evaluation_id).in_(evaluation_ids))
                     .order_by(col(ItemRecord.id)))
+            return session.exec(stmt).all()
+
+    def evaluation(self, evaluation_id: str) -> EvaluationRecord | None:
+        with Session(self.engine) as session:
+            return session.get(EvaluationRecord, evaluation_id)
+
+    def write_spans(self, spans: Sequence[SpanRecord | Mapping[str, Any]]) -> None:
+        """Add finished spans in one transaction; a span already stored stays as it is
+        (an exporter that retries a batch duplicates nothing). Rows may come as plain
+        mappings of the columns: building model objects costs more than the insert.
+
+        Raises:
+            HarnessError: the database refused it.
+        """
+        if not spans:
+            return
+        rows = [span if isinstance(span, Mapping) else span.model_dump() for span in spans]
+        dialect = self.engine.dialect.name
+        stmt: Any
+        if dialect == "sqlite":
+            stmt = sqlite.insert(SpanRecord).on_conflict_do_nothing()
+        elif dialect == "postgresql":
+            stmt = postgresql.insert(SpanRecord).on_conflict_do_nothing()
+        else:
+            stmt = insert(SpanRecord)
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(stmt, rows)
+        except SQLAlchemyError as exc:
+            raise HarnessError(f"store {self.url}: {exc}") from exc
+
+    def spans(self, evaluation_id: str) -> Sequence[SpanRecord]:
+        """Every stored span of an evaluation (all its attempts), earliest first."""
+        with Session(self.engine) as session:
+            stmt = (select(SpanRecord).where(col(SpanRecord.evaluation_id) == evaluation_id)
+                    .order_by(col(SpanRecord.start_ns), col(SpanRecord.span_id)))
             return session.exec(stmt).all()
 
 

@@ -1,0 +1,528 @@
+"""The recording proxy: anvil's HTTP proxy in front of the service under test.
+
+The oracle's ``BASE_URL`` points here. Every call is forwarded to the service as it
+came (method, raw path and query string, headers in order and case, body bytes, the
+request's framing: ``Content-Length`` or chunked) and answered as the service answered
+(status and reason, headers, body streamed chunk by chunk as it arrives), and each
+call is one span of the evaluation's trace, nested under the oracle item that made it.
+
+What the proxy changes, on purpose:
+
+* connection-management headers (``Connection``, ``Keep-Alive``, ``Transfer-Encoding``,
+  ``TE``, ``Trailer``, ``Upgrade``, ``Proxy-Connection``, and what ``Connection``
+  names) are hop-by-hop: each side of the proxy has its own connection. Every
+  forwarded call has a fresh connection to the service, so a keep-alive connection
+  the service closed while idle can never fail a call (uvicorn closes them after 5 s);
+* the ``traceparent`` anvil's oracle plugin adds (it names the evaluation's trace) is
+  removed again: the service sees what the oracle sent. A ``traceparent`` of another
+  trace is the oracle's own and is forwarded;
+* ``Expect: 100-continue`` is answered by the proxy, which then sends the whole body;
+  protocol upgrades (WebSocket) are not relayed;
+* three things aiohttp does that no oracle written with ``requests`` meets: a request
+  that repeats a singleton header (``Content-Type``, ``Host``, ``User-Agent``...) is
+  refused with 400 (aiohttp's guard against request smuggling; requests cannot send
+  one), an empty query string (``/path?``) arrives as ``/path``, and a
+  DELETE/POST/PUT/PATCH sent without any framing header arrives with
+  ``Content-Length: 0`` (requests sends that).
+
+Whose fault a failed call is:
+
+* the service's (it refuses or resets the connection, answers malformed HTTP, cuts
+  its answer short): the caller sees what it would have seen without the proxy, the
+  connection closes, and the span records ``error.type``;
+* anvil's (the proxy cannot open a socket: too many open files, no free port; a bug
+  in the proxy): the call is answered ``502`` with ``X-Anvil-Proxy-Fault``, the fault
+  is kept in :attr:`Proxy.faults` and :meth:`RecordingProxy.check` raises
+  :class:`ProxyFault`, a transient :class:`HarnessError`: the verdict is ``error``
+  (retried), never the candidate's ``fail``.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import anyio
+from aiohttp import web
+from multidict import CIMultiDict
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.trace import NonRecordingSpan, Span, SpanContext, SpanKind, TraceFlags
+from yarl import URL
+
+from telemetry import (
+    REQUEST_EVENT,
+    RESPONSE_EVENT,
+    Capture,
+    SpanData,
+    TraceParent,
+    Tracing,
+    client_attributes,
+    client_span_name,
+    derived_span_id,
+    error_type,
+    set_error,
+    set_response,
+)
+
+from ._errors import HarnessError
+from ._lifecycle import AttachmentFactory, Evaluation
+from ._store import Store
+from .types import Runtime
+
+log = logging.getLogger("anvil.engine")
+
+FAULT_HEADER = "X-Anvil-Proxy-Fault"
+HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "te", "trailer",
+                        "transfer-encoding", "upgrade"})
+# aiohttp adds these to requests and responses unless told not to; the proxy adds nothing.
+_CLIENT_AUTO = ("User-Agent", "Accept", "Accept-Encoding", "Content-Type")
+_SERVER_AUTO = ("Content-Type", "Date", "Server")
+# Socket errors that are this machine's, not the service's: no descriptor, no port, no memory.
+_HARNESS_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM,
+                             errno.EADDRNOTAVAIL})
+_HEADER_LIMIT = 65536  # what Python's http.server accepts per line: the proxy refuses no less
+_SHUTDOWN_S = 1.0  # calls still in flight at teardown (a killed oracle's) get this long
+
+
+class ProxyFault(HarnessError):
+    """The recording proxy failed a call through no fault of the service (it could not
+    open a socket, or a bug of its own): the evaluation is anvil's ``error``."""
+
+
+class _Relayed(web.StreamResponse):
+    """The service's answer as it was: aiohttp's own defaults (``Content-Type:
+    application/octet-stream``, ``Date``, ``Server``) are not added, and a
+    ``Content-Length`` the service put on a bodiless answer (304) is kept."""
+
+    def __init__(self, status: int, reason: str | None, headers: CIMultiDict[str]) -> None:
+        super().__init__(status=status, reason=reason, headers=headers)
+        self._absent = [name for name in _SERVER_AUTO if name not in headers]
+        self._length = headers.get("Content-Length")
+
+    async def _prepare_headers(self) -> None:
+        await super()._prepare_headers()
+        for name in self._absent:
+            self._headers.popall(name, None)
+        if self._length is not None and "Content-Length" not in self._headers:
+            self._headers["Content-Length"] = self._length
+
+
+class _Tee:
+    """Counts a body going through and keeps its first ``limit`` bytes."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.size = 0
+        self.head = bytearray()
+
+    def add(self, chunk: bytes) -> None:
+        self.size += len(chunk)
+        room = self.limit - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+
+
+def _text(raw: bytes) -> str:
+    """A raw header as a str that aiohttp writes back as the same bytes (it encodes UTF-8)."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        # Not UTF-8 (latin-1 bytes): relayed as the same characters, UTF-8 encoded.
+        return raw.decode("latin-1")
+
+
+def _end_to_end(raw: Iterable[tuple[bytes, bytes]], drop: Iterable[str] = ()) -> list[
+        tuple[str, str]]:
+    """Headers without the hop-by-hop ones (and those ``Connection`` names)."""
+    pairs = [(_text(k), _text(v)) for k, v in raw]
+    named = {token.strip().lower() for name, value in pairs if name.lower() == "connection"
+             for token in value.split(",")}
+    skip = HOP_BY_HOP | named | {d.lower() for d in drop}
+    return [(name, value) for name, value in pairs if name.lower() not in skip]
+
+
+def _harness_fault(exc: BaseException) -> str | None:
+    """Why a failed upstream call is anvil's fault, or None when it is the service's."""
+    os_error = exc.os_error if isinstance(exc, aiohttp.ClientConnectorError) else exc
+    if isinstance(os_error, OSError) and os_error.errno in _HARNESS_ERRNOS:
+        return f"cannot open a connection to the service: {os_error.strerror or os_error}"
+    if isinstance(exc, aiohttp.ClientError | OSError | TimeoutError):
+        return None  # refused, reset, malformed or cut short by the service
+    return f"proxy bug: {error_type(exc)}: {exc}"
+
+
+class Proxy:
+    """One proxy server in front of ``upstream``; see the module docstring.
+
+    ``trace_id`` is the evaluation's trace (a ``traceparent`` of it is anvil's and is
+    removed); calls that name no span of it are parented under ``parent_id`` (the
+    running oracle item, else the evaluation's root span).
+    """
+
+    def __init__(self, upstream: str, tracing: Tracing, capture: Capture,
+                 trace_id: str | None = None, parent_id: str | None = None) -> None:
+        self.upstream = upstream.rstrip("/")
+        self.tracing = tracing
+        self.capture = capture
+        self.trace_id = trace_id
+        self.parent_id = parent_id
+        self.url = ""
+        self.calls = 0
+        self.faults: list[str] = []
+        self._session: aiohttp.ClientSession | None = None
+
+    def _parent(self, header: str | None) -> tuple[Context | None, bool]:
+        """The context to parent a call under, and whether its traceparent is anvil's."""
+        given = TraceParent.parse(header)
+        ours = given is not None and given.trace_id == self.trace_id
+        span_id = given.span_id if given is not None and ours else self.parent_id
+        if self.trace_id is None or span_id is None:
+            return None, False
+        context = SpanContext(int(self.trace_id, 16), int(span_id, 16), is_remote=True,
+                              trace_flags=TraceFlags(TraceFlags.SAMPLED))
+        return trace.set_span_in_context(NonRecordingSpan(context)), ours
+
+    async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        """Forward one call and record its span (aiohttp's request handler)."""
+        started = time.time_ns()
+        self.calls += 1
+        parent, ours = self._parent(request.headers.get("traceparent"))
+        headers = _end_to_end(request.raw_headers,
+                              ["expect", *(["traceparent"] if ours else [])])
+        url = self.upstream + request.raw_path
+        protocol = f"{request.version.major}.{request.version.minor}"
+        call = _Call(self.tracing.tracer.start_span(
+            client_span_name(request.method), context=parent, kind=SpanKind.CLIENT,
+            attributes=client_attributes(request.method, url, protocol), start_time=started,
+        ), self.capture.body_limit)
+        try:
+            return await self._forward(request, url, headers, call)
+        except Exception as exc:  # a bug of the proxy's: anvil's fault, never the service's
+            fault = f"proxy bug: {error_type(exc)}: {exc}"
+            self.faults.append(f"{request.method} {request.raw_path}: {fault}")
+            set_error(call.span, error_type(exc), fault)
+            raise
+        except BaseException:  # cancelled: the caller went away, or the proxy is closing
+            set_error(call.span, "cancelled", "the caller went away (or the proxy closed) "
+                                              "before the answer was relayed")
+            raise
+        finally:
+            call.span.add_event(REQUEST_EVENT, self.capture.request_event(
+                headers, bytes(call.sent.head), call.sent.size), timestamp=started)
+            if call.answer is not None:
+                call.span.add_event(RESPONSE_EVENT, self.capture.response_event(
+                    call.answer, bytes(call.received.head), call.received.size),
+                    timestamp=call.answered)
+            call.span.end()
+
+    async def _forward(self, request: web.BaseRequest, url: str,
+                       headers: list[tuple[str, str]], call: _Call) -> web.StreamResponse:
+        try:
+            upstream = await self._send(request, url, headers, call.sent)
+        except Exception as exc:  # noqa: BLE001 - classified: the service's or anvil's
+            return self._failed(request, call.span, exc, None)
+        async with upstream:
+            call.answered = time.time_ns()
+            set_response(call.span, upstream.status)
+            call.answer = _end_to_end(upstream.raw_headers)
+            relayed = _Relayed(upstream.status, upstream.reason, CIMultiDict(call.answer))
+            try:
+                await relayed.prepare(request)
+            except ConnectionError as exc:
+                return _caller_gone(call.span, relayed, exc)
+            while True:
+                try:
+                    chunk = await upstream.content.readany()
+                except Exception as exc:  # noqa: BLE001 - cut short by the service, mostly
+                    return self._failed(request, call.span, exc, relayed)
+                if not chunk:
+                    break
+                call.received.add(chunk)
+                try:
+                    await relayed.write(chunk)
+                except ConnectionError as exc:
+                    return _caller_gone(call.span, relayed, exc)
+            try:
+                await relayed.write_eof()
+            except ConnectionError as exc:
+                return _caller_gone(call.span, relayed, exc)
+            return relayed
+
+    async def _send(self, request: web.BaseRequest, url: str, headers: list[tuple[str, str]],
+                    sent: _Tee) -> aiohttp.ClientResponse:
+        """The call to the service, with the request's own framing; its answer's headers."""
+        assert self._session is not None
+        chunked = "chunked" in request.headers.get("Transfer-Encoding", "").lower()
+        body = None
+        if chunked or request.content_length:
+            body = _stream(request, sent)
+            if request.headers.get("Expect", "").lower() == "100-continue":
+                await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        return await self._session.request(
+            request.method, URL(url, encoded=True), headers=headers, data=body,
+            chunked=True if chunked else None, allow_redirects=False,
+            skip_auto_headers=_CLIENT_AUTO,
+        )
+
+    def _failed(self, request: web.BaseRequest, span: Span, exc: BaseException,
+                relayed: web.StreamResponse | None) -> web.StreamResponse:
+        """A call that failed in the proxy or at the service: say whose fault, answer."""
+        fault = _harness_fault(exc)
+        set_error(span, error_type(exc), fault or f"the service failed the call: {exc}")
+        if fault is not None:
+            self.faults.append(f"{request.method} {request.raw_path}: {fault}")
+            span.set_attribute("anvil.proxy.fault", fault)
+            log.error("recording proxy: %s %s: %s", request.method, request.raw_path, fault)
+            if relayed is None:
+                return web.Response(status=502, text=f"anvil proxy fault: {fault}\n",
+                                    headers={FAULT_HEADER: fault[:200]})
+        # The caller sees what it would have seen without the proxy: the connection ends.
+        if request.transport is not None:
+            request.transport.close()
+        return relayed or web.Response(status=502)  # never sent: the connection is closed
+
+
+class _Call:
+    """One call in flight: its span, what went each way, the service's answer."""
+
+    def __init__(self, span: Span, limit: int) -> None:
+        self.span = span
+        self.sent = _Tee(limit)
+        self.received = _Tee(limit)
+        self.answer: list[tuple[str, str]] | None = None
+        self.answered = 0
+
+
+async def _stream(request: web.BaseRequest, sent: _Tee) -> AsyncIterator[bytes]:
+    while chunk := await request.content.readany():
+        sent.add(chunk)
+        yield chunk
+
+
+def _caller_gone(span: Span, relayed: web.StreamResponse,
+                 exc: BaseException) -> web.StreamResponse:
+    set_error(span, error_type(exc), "the caller closed the connection before the answer "
+                                     "was relayed")
+    return relayed
+
+
+@asynccontextmanager
+async def serve_proxy(
+    upstream: str,
+    tracing: Tracing,
+    capture: Capture | None = None,
+    *,
+    trace_id: str | None = None,
+    parent_id: str | None = None,
+    host: str = "127.0.0.1",
+) -> AsyncIterator[Proxy]:
+    """A :class:`Proxy` in front of ``upstream``, listening on ``host`` at a free port.
+
+    Leaving the context stops it: calls still in flight get a second to finish, then
+    are cancelled (their spans end, marked ``cancelled``).
+
+    Raises:
+        ProxyFault: it cannot listen (no free port, no file descriptor).
+    """
+    proxy = Proxy(upstream, tracing, capture or Capture(), trace_id, parent_id)
+    async with AsyncExitStack() as stack:
+        session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(force_close=True, limit=0),
+            auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar(),
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
+            max_line_size=_HEADER_LIMIT, max_field_size=_HEADER_LIMIT,
+        )
+        stack.push_async_callback(_shielded, session.close)
+        proxy._session = session
+        server = web.Server(proxy.handle, handler_cancellation=True, access_log=None,
+                            max_line_size=_HEADER_LIMIT, max_field_size=_HEADER_LIMIT)
+        runner = web.ServerRunner(server, shutdown_timeout=_SHUTDOWN_S)
+        try:
+            await runner.setup()
+            stack.push_async_callback(_shielded, runner.cleanup)
+            await web.TCPSite(runner, host, 0).start()
+        except OSError as exc:
+            raise ProxyFault(f"the recording proxy cannot listen on {host}: {exc}") from exc
+        proxy.url = f"http://{host}:{runner.addresses[0][1]}"
+        yield proxy
+
+
+async def _shielded(close: Callable[[], Any]) -> None:
+    with anyio.CancelScope(shield=True):
+        await close()
+
+
+# -- one evaluation's recording proxy, and every evaluation's traces ---------------------
+
+
+class RecordingProxy:
+    """The :class:`~engine._lifecycle.Attachment` that puts a :class:`Proxy` in front of
+    the service and makes the evaluation's trace.
+
+    At startup it opens the evaluation's root span; at wiring it starts the proxy and
+    hands the oracle the trace (``ANVIL_TRACEPARENT``) and a file for its item spans
+    (``ANVIL_SPANS``); at teardown it closes the proxy, exports the item spans and the
+    root, and flushes: once the evaluation has its verdict, its trace is in the store.
+    """
+
+    provides: frozenset[str] = frozenset()
+
+    def __init__(self, evaluation: Evaluation, recorder: TraceRecorder) -> None:
+        self.evaluation = evaluation
+        self.recorder = recorder
+        self.proxy: Proxy | None = None
+        self.trace_id = ""
+        self.root_id = ""
+        self.spans_path = evaluation.workdir / "oracle-spans.jsonl"
+        self._root: Span | None = None
+
+    async def startup(self, stack: AsyncExitStack, runtime: Runtime) -> Mapping[str, str]:
+        ev = self.evaluation
+        self._root = self.recorder.tracing.tracer.start_span("evaluation", attributes={
+            "anvil.run.id": ev.run_id, "anvil.evaluation.id": ev.evaluation_id,
+            "anvil.task": ev.task.id, "anvil.submission": str(ev.submission),
+        })
+        context = self._root.get_span_context()
+        self.trace_id, self.root_id = f"{context.trace_id:032x}", f"{context.span_id:016x}"
+        self.recorder.register(self.trace_id, ev.evaluation_id)
+        stack.push_async_callback(self._finish)
+        return {}
+
+    async def wiring(self, stack: AsyncExitStack, base_url: str) -> tuple[str, dict[str, str]]:
+        self.spans_path.unlink(missing_ok=True)  # an earlier attempt's
+        self.proxy = await stack.enter_async_context(serve_proxy(
+            base_url, self.recorder.tracing, self.recorder.capture,
+            trace_id=self.trace_id or None, parent_id=self.root_id or None,
+        ))
+        env = {"ANVIL_SPANS": str(self.spans_path)}
+        if self.trace_id:
+            env["ANVIL_TRACEPARENT"] = TraceParent(self.trace_id, self.root_id).header()
+        return self.proxy.url, env
+
+    async def item_started(self, nodeid: str) -> None:
+        if self.proxy is not None and self.trace_id:
+            self.proxy.parent_id = derived_span_id(self.trace_id, nodeid)
+
+    def check(self) -> None:
+        """Raise :class:`ProxyFault` when the proxy failed a call through its own fault.
+
+        Raises:
+            ProxyFault: the calls it failed (the verdict is anvil's ``error``).
+        """
+        if self.proxy is not None and self.proxy.faults:
+            more = len(self.proxy.faults) - 1
+            raise ProxyFault(f"recording proxy fault: {self.proxy.faults[0]}"
+                             + (f" (and {more} more)" if more else ""))
+
+    async def oracle_finished(self) -> None:
+        """The oracle ended: a proxy fault during it makes the verdict ``error``."""
+        self.check()
+
+    async def _finish(self) -> None:
+        """Export the items' spans and the root, then flush (teardown: shielded)."""
+        if self._root is None:
+            return
+        items = await anyio.to_thread.run_sync(_read_spans, self.spans_path, self.trace_id)
+        self.recorder.tracing.replay(items)
+        if self.proxy is not None:
+            self._root.set_attribute("anvil.proxy.calls", self.proxy.calls)
+            if self.proxy.faults:
+                self._root.set_attribute("anvil.proxy.faults", self.proxy.faults[:20])
+        self._root.end()
+        await anyio.to_thread.run_sync(self.recorder.flush)
+        self.recorder.forget(self.trace_id)
+
+
+def _read_spans(path: Path, trace_id: str) -> list[SpanData]:
+    """The item spans the oracle process wrote (this attempt's only)."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return []
+    spans = []
+    for line in lines:
+        try:
+            span = SpanData.from_dict(json.loads(line))
+        except ValueError:  # a line cut short by a killed oracle (JSONDecodeError too)
+            continue
+        if span.trace_id == trace_id:
+            spans.append(span)
+    return spans
+
+
+class TraceRecorder:
+    """Traces evaluations into the store: :meth:`attach` is the attachment factory.
+
+    One OpenTelemetry pipeline for the whole run; each span goes to its evaluation's
+    rows (the trace id says which evaluation, attempt by attempt).
+    """
+
+    def __init__(self, store: Store, capture: Capture | None = None, **tracing: Any) -> None:
+        self.store = store
+        self.capture = capture or Capture()
+        self._evaluations: dict[str, str] = {}  # trace id -> evaluation id
+        self.unattributed = 0
+        self.tracing = Tracing(self._sink, **tracing)
+
+    def attach(self, evaluation: Evaluation) -> RecordingProxy:
+        return RecordingProxy(evaluation, self)
+
+    def register(self, trace_id: str, evaluation_id: str) -> None:
+        self._evaluations[trace_id] = evaluation_id
+
+    def forget(self, trace_id: str) -> None:
+        self._evaluations.pop(trace_id, None)
+
+    def flush(self) -> None:
+        """Export every span ended so far (blocks: call it from a worker thread)."""
+        if not self.tracing.flush(timeout_s=10):
+            log.warning("spans not all exported within 10s")
+
+    def _sink(self, spans: Sequence[SpanData]) -> None:
+        rows = []
+        for span in spans:
+            evaluation_id = self._evaluations.get(span.trace_id)
+            if evaluation_id is None:
+                self.unattributed += 1
+                continue
+            rows.append(span_row(evaluation_id, span))
+        self.store.write_spans(rows)
+
+    async def aclose(self) -> None:
+        await anyio.to_thread.run_sync(self.tracing.shutdown)
+
+    async def __aenter__(self) -> TraceRecorder:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        with anyio.CancelScope(shield=True):
+            await self.aclose()
+
+
+def span_row(evaluation_id: str, span: SpanData) -> dict[str, Any]:
+    """A span as the columns of its :class:`SpanRecord` row."""
+    return {
+        "evaluation_id": evaluation_id, "span_id": span.span_id, "trace_id": span.trace_id,
+        "parent_id": span.parent_id, "name": span.name, "kind": span.kind,
+        "start_ns": span.start_ns, "end_ns": span.end_ns, "status": span.status,
+        "status_message": span.status_message, "attributes": json.dumps(span.attributes),
+        "events": json.dumps([{"name": e.name, "ts_ns": e.ts_ns, "attributes": e.attributes}
+                              for e in span.events]),
+    }
+
+
+def default_attachments(store: Store) -> list[AttachmentFactory]:
+    """What every evaluation gets from this module: the recording proxy, spans to ``store``.
+
+    The proxy goes last among a run's attachments: the oracle's BASE_URL is the last
+    one wiring returns, and the proxy belongs right in front of the service.
+    """
+    return [TraceRecorder(store).attach]

@@ -1,0 +1,245 @@
+"""An evaluation's trace, read back from the store: a tree of spans, shown as a terminal
+waterfall (``anvil traces``) or as JSON.
+
+The tree is evaluation → oracle items → HTTP calls. Each line has the span's timing,
+a bar placing it within the evaluation, the status code of a call, and under a
+failed item the assertion that failed it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from ._store import EvaluationRecord, SpanRecord, Store
+
+BAR_WIDTH = 32
+BODY_PREVIEW = 160
+
+
+@dataclass
+class Node:
+    """A span and the spans under it, earliest first."""
+
+    span: SpanRecord
+    children: list[Node] = field(default_factory=list)
+
+    @property
+    def attributes(self) -> dict[str, Any]:
+        return self.span.attributes_dict()
+
+    @property
+    def is_item(self) -> bool:
+        return "anvil.item.nodeid" in self.attributes
+
+    @property
+    def failed(self) -> bool:
+        return self.span.status == "error"
+
+    def to_json(self) -> dict[str, Any]:
+        s = self.span
+        return {
+            "span_id": s.span_id, "parent_id": s.parent_id, "name": s.name, "kind": s.kind,
+            "start_ns": s.start_ns, "end_ns": s.end_ns,
+            "duration_ms": round((s.end_ns - s.start_ns) / 1e6, 3), "status": s.status,
+            "status_message": s.status_message, "attributes": self.attributes,
+            "events": s.events_list(), "children": [c.to_json() for c in self.children],
+        }
+
+
+@dataclass
+class Trace:
+    """The latest attempt's trace of one evaluation (``root`` is None when none was kept)."""
+
+    evaluation: EvaluationRecord
+    root: Node | None
+    attempts: int  # traces stored for the evaluation: one per attempt that started
+
+    def to_json(self) -> dict[str, Any]:
+        ev = self.evaluation
+        return {
+            "evaluation_id": ev.id, "task": ev.task_id, "submission": ev.submission,
+            "verdict": ev.verdict, "phase": ev.phase, "reason": ev.reason,
+            "trace_id": self.root.span.trace_id if self.root else None,
+            "attempts": self.attempts,
+            "root": self.root.to_json() if self.root else None,
+        }
+
+
+def load_trace(store: Store, evaluation: EvaluationRecord) -> Trace:
+    """The evaluation's latest trace as a tree (spans whose parent is missing hang under
+    the root, so none is lost from view)."""
+    spans = store.spans(evaluation.id)
+    roots = [s for s in spans if s.parent_id is None]
+    if not roots:
+        return Trace(evaluation, None, 0)
+    latest = max(roots, key=lambda s: s.start_ns)
+    mine = [s for s in spans if s.trace_id == latest.trace_id]
+    nodes = {s.span_id: Node(s) for s in mine}
+    root = nodes[latest.span_id]
+    for span in mine:
+        if span is latest:
+            continue
+        parent = nodes.get(span.parent_id or "", root)
+        parent.children.append(nodes[span.span_id])
+    return Trace(evaluation, root, len({s.trace_id for s in roots}))
+
+
+def select(trace: Trace, failed: bool = False, item: str | None = None) -> Trace:
+    """Keep only the failed items and/or the items whose node id is or contains ``item``
+    (everything else under the root goes; the root stays)."""
+    if trace.root is None or not (failed or item):
+        return trace
+
+    def keep(node: Node) -> bool:
+        if not node.is_item:
+            return not failed and item is None
+        nodeid = str(node.attributes.get("anvil.item.nodeid", node.span.name))
+        if failed and not node.failed:
+            return False
+        return item is None or item == nodeid or item in nodeid
+
+    kept = [c for c in trace.root.children if keep(c)]
+    return Trace(trace.evaluation, Node(trace.root.span, kept), trace.attempts)
+
+
+def item_ids(trace: Trace) -> list[str]:
+    if trace.root is None:
+        return []
+    return [str(c.attributes["anvil.item.nodeid"]) for c in trace.root.children if c.is_item]
+
+
+# -- the terminal waterfall ----------------------------------------------------------------
+
+_VERDICT_STYLE = {"pass": "green", "fail": "red", "error": "magenta"}
+
+
+def waterfall(trace: Trace, details: bool = False) -> Table:
+    """The trace as a table: tree, duration, where in the evaluation, what happened.
+
+    With ``details``, each call shows the start of its request and response bodies.
+    """
+    ev = trace.evaluation
+    table = Table(box=None, show_header=True, pad_edge=False, expand=False,
+                  title_justify="left", header_style="bold")
+    verdict = ev.verdict or ev.status
+    style = _VERDICT_STYLE.get(verdict, "yellow")
+    where = f" at {ev.phase}" if ev.phase else ""
+    table.title = (f"{escape(ev.id)}  {escape(ev.task_id)}  {escape(_short(ev.submission))}  "
+                   f"[{style}]{verdict.upper()}[/]{escape(where)}")
+    table.add_column("span", no_wrap=True, overflow="ellipsis", max_width=80)
+    table.add_column("status", justify="right", no_wrap=True)
+    table.add_column("took", justify="right", no_wrap=True)
+    table.add_column("when", no_wrap=True, width=BAR_WIDTH)
+    if trace.root is None:
+        table.add_row(Text("no trace recorded for this evaluation (it never reached the "
+                           "oracle, or ran before traces were kept)", style="dim"), "", "", "")
+        return table
+    # The bars span what happened under the root (the oracle's time), not start-up too.
+    under = [c.span for c in trace.root.children] or [trace.root.span]
+    t0 = min(s.start_ns for s in under)
+    t1 = max(max(s.end_ns for s in under), t0 + 1)
+    _rows(table, trace.root, "", "", (t0, t1), details)
+    if trace.attempts > 1:
+        table.caption = f"latest of {trace.attempts} attempts"
+    return table
+
+
+def _rows(table: Table, node: Node, lead: str, child_lead: str, window: tuple[int, int],
+          details: bool) -> None:
+    label, status, style = _describe(node)
+    text = Text(lead, style="dim")
+    text.append(label, style=style)
+    table.add_row(text, status, _duration(node.span), _bar(node.span, window, style))
+    notes: list[Text] = []
+    if node.is_item and node.failed and node.span.status_message:
+        for line in _assertion(node.span.status_message):
+            notes.append(Text(line, style="red"))
+    if details and node.span.kind == "client":
+        for event in node.span.events_list():
+            body = str(event["attributes"].get("anvil.body", ""))
+            if body:
+                arrow = "→" if event["name"] == "http.request" else "←"
+                notes.append(Text(f"{arrow} {_one_line(body)}", style="dim"))
+    if node.span.kind == "client" and node.span.status == "error" and not node.attributes.get(
+            "http.response.status_code"):
+        notes.append(Text(_one_line(node.span.status_message), style="red"))
+    for note in notes:
+        gutter = child_lead + ("│  " if node.children else "   ")
+        table.add_row(Text(gutter, style="dim") + note, "", "", "")
+    for i, child in enumerate(node.children):
+        last = i == len(node.children) - 1
+        _rows(table, child, child_lead + ("└─ " if last else "├─ "),
+              child_lead + ("   " if last else "│  "), window, details)
+
+
+def _describe(node: Node) -> tuple[str, str, str]:
+    """The label, the status column and the style of a span's line."""
+    span, attributes = node.span, node.attributes
+    if span.parent_id is None:
+        return f"{span.name} {attributes.get('anvil.evaluation.id', '')}".strip(), "", "bold"
+    if node.is_item:
+        outcome = str(attributes.get("anvil.item.outcome", ""))
+        category = attributes.get("anvil.item.category")
+        label = str(attributes.get("anvil.item.nodeid", span.name))
+        label += f" [{category}]" if category else ""
+        style = {"passed": "green", "failed": "red", "error": "red"}.get(outcome, "yellow")
+        return label, outcome, style
+    if span.kind == "client":
+        method = attributes.get("http.request.method_original") or attributes.get(
+            "http.request.method", span.name)
+        target = str(attributes.get("url.path", ""))
+        if attributes.get("url.query"):
+            target += f"?{attributes['url.query']}"
+        code = attributes.get("http.response.status_code")
+        if code is None:
+            return f"{method} {target}", str(attributes.get("error.type", "error")).rsplit(
+                ".", 1)[-1], "red"
+        style = "green" if code < 400 else "yellow" if code < 500 else "red"
+        return f"{method} {target}", str(code), style
+    return span.name, span.status if span.status != "unset" else "", ""
+
+
+def _bar(span: SpanRecord, window: tuple[int, int], style: str) -> Text:
+    t0, t1 = window
+    scale = BAR_WIDTH / (t1 - t0)
+    start = min(BAR_WIDTH - 1, max(0, int((span.start_ns - t0) * scale)))
+    end = min(BAR_WIDTH, max(start + 1, round((span.end_ns - t0) * scale)))
+    length = end - start
+    return Text(" " * start + "━" * length, style=style or "white")
+
+
+def _duration(span: SpanRecord) -> str:
+    ns = max(0, span.end_ns - span.start_ns)
+    if ns >= 1_000_000_000:
+        return f"{ns / 1e9:.2f}s"
+    return f"{ns / 1e6:.1f}ms"
+
+
+def _assertion(message: str, lines: int = 4) -> list[str]:
+    kept = [line.rstrip() for line in message.strip().splitlines() if line.strip()]
+    return kept[:lines] + (["…"] if len(kept) > lines else [])
+
+
+def _one_line(text: str) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= BODY_PREVIEW else flat[: BODY_PREVIEW - 1] + "…"
+
+
+def _short(submission: str) -> str:
+    return submission.rstrip("/").rsplit("/", 1)[-1]
+
+
+def resolve(store: Store, ref: str) -> Sequence[EvaluationRecord]:
+    """The evaluations ``ref`` names: one evaluation id, or every evaluation of a run id
+    (``latest``: the newest run). Empty when it names nothing."""
+    found = store.evaluation(ref)
+    if found is not None:
+        return [found]
+    run = store.run(ref)
+    return store.evaluations(run.id) if run is not None else []
