@@ -12,16 +12,16 @@ $(BIN)/anvil: pyproject.toml
 	touch $@
 
 run: $(BIN)/anvil
-	$(BIN)/anvil run tasks/taskboard --submissions examples/taskboard
+	$(BIN)/anvil run tasks/taskboard tasks/checkout tasks/booking tasks/notify --submissions examples
 
 test: $(BIN)/anvil
-	$(BIN)/ruff check engine plugins tests bench
-	$(BIN)/mypy engine plugins
+	$(BIN)/ruff check engine plugins mocks telemetry tests bench
+	$(BIN)/mypy engine plugins mocks telemetry
 	$(BIN)/python -m pytest
 
 lint: $(BIN)/anvil
-	$(BIN)/ruff check engine plugins tests bench
-	$(BIN)/mypy engine plugins
+	$(BIN)/ruff check engine plugins mocks telemetry tests bench
+	$(BIN)/mypy engine plugins mocks telemetry
 
 # The offline Python base image for the docker runtime (needs dockerd and debootstrap).
 docker-base: $(BIN)/anvil

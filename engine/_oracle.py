@@ -25,6 +25,7 @@ from ._logs import AsyncCappedLog
 from .types import Outcome
 
 PLUGIN = "engine._oracle_plugin"
+MOCK_FIXTURES = "mocks._fixtures"  # fixtures over the evaluation's mock instances
 
 
 @dataclass(frozen=True)
@@ -50,13 +51,13 @@ OnItem = Callable[[ItemResult], Awaitable[None]]
 
 
 def oracle_command(oracle_dir: Path, workdir: Path, extra: list[str] | None = None) -> list[str]:
-    """The pytest command line: no user config, no plugin autoload, our plugin only."""
+    """The pytest command line: no user config, no plugin autoload, our plugins only."""
     ini = workdir / "oracle-pytest.ini"
     ini.write_text("[pytest]\n", encoding="utf-8")
     return [
         sys.executable, "-m", "pytest", str(oracle_dir),
         "-c", str(ini), "--rootdir", str(oracle_dir), "--confcutdir", str(oracle_dir),
-        "-p", PLUGIN, "-p", "no:cacheprovider",
+        "-p", PLUGIN, "-p", MOCK_FIXTURES, "-p", "no:cacheprovider",
         "-q", "--strict-markers", "-o", "console_output_style=classic", "--tb=short",
         *(extra or []),
     ]

@@ -7,6 +7,7 @@ outer task group so they see every event, even when the run is cancelled.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -35,6 +36,7 @@ from ._events import (
     RunStarted,
 )
 from ._lifecycle import DEFAULT_LOG_CAP, AttachmentFactory, Evaluation, Lifecycle, Limits
+from ._mocks import MockFabric, mock_problems
 from ._reaper import owner_env
 from ._store import Store
 from ._task import Task, load_task
@@ -93,8 +95,9 @@ def plan(task_paths: Sequence[Path], submissions: Path) -> Plan:
     with no submissions is a problem line and is named in ``without_submissions``.
 
     Raises:
-        InputError: ``submissions`` or a task folder does not exist, or two task
-            folders have the same id.
+        InputError: ``submissions`` or a task folder does not exist, two task
+            folders have the same id, or a task names a mock kind no installed
+            plug-in provides (or a scenario its mock does not have).
     """
     if not submissions.is_dir():
         raise InputError(submissions, "no such submissions folder")
@@ -113,6 +116,9 @@ def plan(task_paths: Sequence[Path], submissions: Path) -> Plan:
         except TaskFormatError as exc:
             problem = str(exc)
             result.problems.append(problem)
+        if task is not None and (refused := mock_problems(task)):
+            # Refused before any evaluation: its services would start without their mocks.
+            raise InputError(path, "; ".join(refused))
         task_id = task.id if task else path.name
         if task_id in seen:  # results, logs and DIR/<task-id>/ would mix: refuse
             raise InputError(path, f"task id {task_id!r} is also the id of {seen[task_id]}")
@@ -326,15 +332,30 @@ def _slug(position: int, planned: Planned) -> str:
 
 
 async def evaluate_once(
-    task: Task, submission: Path, runtime: Runtime, cache_home: Path
+    task: Task, submission: Path, runtime: Runtime, cache_home: Path,
+    attachments: Sequence[AttachmentFactory] | None = None,
 ) -> EvaluationFinished:
-    """One evaluation outside any recorded run (self-verify, task checks): scratch store."""
+    """One evaluation outside any recorded run (self-verify, task checks): scratch store.
+
+    Without ``attachments``, the task's mocks are served by a mock fabric of its own.
+
+    Raises:
+        InputError: the task names a mock that cannot be served here.
+    """
+    problems = mock_problems(task)
+    if problems:
+        raise InputError(task.root, "; ".join(problems))
     scratch = Path(tempfile.mkdtemp(prefix="anvil-once-", dir=cache_home))
     store = Store(f"sqlite:///{scratch / 'once.db'}")
     try:
-        runner = Runner(store, runtime, RunSettings(home=scratch, concurrency=1))
-        run_id = await runner.start([Planned(task.root, submission.resolve(), task)])
-        results = await runner.execute(run_id)
+        async with contextlib.AsyncExitStack() as stack:
+            if attachments is None:
+                fabric = await stack.enter_async_context(MockFabric())
+                attachments = [fabric.attach]
+            settings = RunSettings(home=scratch, concurrency=1, attachments=attachments)
+            runner = Runner(store, runtime, settings)
+            run_id = await runner.start([Planned(task.root, submission.resolve(), task)])
+            results = await runner.execute(run_id)
     finally:
         store.close()
         with anyio.CancelScope(shield=True):

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import json
 import logging
 import os
 import signal
 import sys
 import traceback
 from collections.abc import Awaitable, Callable, Sequence
-from importlib.metadata import PackageNotFoundError
+from importlib.metadata import PackageNotFoundError, entry_points
 from importlib.metadata import version as dist_version
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -21,8 +22,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+import plugins
+from mocks import MockHost, MockHostError, MockNotInstalled, MockService, load_mock
+from mocks import available as mocks_available
+
 from ._errors import AnvilError, InputError, RuntimeUnavailable, TaskFormatError
 from ._events import EvaluationFinished
+from ._mocks import MockFabric
+from ._proxy import default_attachments
 from ._reaper import marked_processes, reap_orphans
 from ._report import Format, render_report
 from ._run import Planned, Runner, RunSettings, evaluate_once, plan
@@ -38,6 +45,7 @@ from ._subscribers import (
 )
 from ._task import discover_tasks, load_task
 from ._taskcheck import check_task
+from ._traces import item_ids, load_trace, resolve, select, waterfall
 from .runtimes import cache_dir, make_runtime, runtime_names
 from .runtimes.docker import (
     BootstrapResult,
@@ -90,6 +98,9 @@ app.add_typer(tasks_app, name="tasks")
 docker_app = typer.Typer(help="Docker runtime set-up.", no_args_is_help=True,
                          rich_markup_mode=None)
 app.add_typer(docker_app, name="docker")
+mocks_app = typer.Typer(help="List and serve mock providers (the anvil.mocks plug-ins).",
+                        no_args_is_help=True, rich_markup_mode=None)
+app.add_typer(mocks_app, name="mocks")
 
 err = stderr_console()
 RUNTIMES = runtime_names()
@@ -252,7 +263,10 @@ async def _run(
         "submissions": str(submissions.resolve()) if submissions else None,
         "concurrency": concurrency,
     })
-    async with runtime:
+    async with runtime, MockFabric() as fabric:
+        # Each evaluation's own mock instances, then the recording proxy: it wires last,
+        # so the oracle's BASE_URL is the proxy right in front of the service.
+        settings.attachments = [fabric.attach, *default_attachments(store)]
         runner = Runner(store, runtime, settings)
         run_id = resume or await runner.start(planned)
         subscribers = [
@@ -492,6 +506,57 @@ def report(
     err.print(f"wrote {escape(str(output))}")
 
 
+@app.command()
+def traces(
+    evaluation: Annotated[str, typer.Argument(
+        metavar="EVAL", show_default=False,
+        help="An evaluation id (RUN_ID.N), or a run id or 'latest' for all of its "
+             "evaluations.")],
+    failed: Annotated[bool, typer.Option(
+        "--failed", help="Only failed items (and, for a run, evaluations that did not "
+                         "pass).")] = False,
+    item: Annotated[str | None, typer.Option(
+        "--item", metavar="NODEID", help="Only the items whose node id is or contains "
+                                         "NODEID.")] = None,
+    json_output: Annotated[bool, typer.Option(
+        "--json", help="The trace as JSON on stdout (every span, attribute and event).")
+    ] = False,
+    home: HomeOpt = Path(".anvil"),
+    db: DbOpt = None,
+) -> None:
+    """What happened in an evaluation: its oracle items and every HTTP call they made,
+    as a waterfall with timings, status codes and the failing assertions.
+
+    Filtered with --failed or --item, each call also shows the start of its request and
+    response bodies.
+    """
+    try:
+        store = _open_store(home, db)
+    except AnvilError as exc:
+        raise _fail(str(exc), _code_of(exc)) from None
+    found = resolve(store, evaluation)
+    if not found:
+        raise _fail(f"no evaluation or run {evaluation!r} in {store.url}")
+    one = len(found) == 1 and found[0].id == evaluation
+    if failed and not one:
+        found = [e for e in found if e.verdict != "pass"]
+    shown = [select(load_trace(store, e), failed, item) for e in found]
+    if item is not None and not any(item_ids(t) for t in shown):
+        known = sorted({i for e in found for i in item_ids(load_trace(store, e))})
+        raise _fail(f"no item matches {item!r}" + (f"; items: {', '.join(known[:20])}"
+                                                   if known else ""))
+    store.close()
+    if json_output:
+        payload = [t.to_json() for t in shown]
+        sys.stdout.write(json.dumps(payload[0] if one else payload, indent=2) + "\n")
+        return
+    # Into a pipe or a file, every line whole (node ids and paths are what one greps for).
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+    for trace in shown:
+        console.print(waterfall(trace, details=failed or item is not None))
+        console.print()
+
+
 @tasks_app.command("list")
 def tasks_list(
     root: Annotated[Path, typer.Argument(help="Folder holding task folders.")] = Path("tasks"),
@@ -629,6 +694,79 @@ async def _gc(images: bool, budget: int, everything: bool, home: Path) -> None:
             err.print(f"removed {plural(len(gone), 'image')}")
     finally:
         await docker.close()
+
+
+@mocks_app.command("list")
+def mocks_list() -> None:
+    """List the installed mock kinds: where each comes from and its scenarios."""
+    table = Table("kind", "scenarios", "provided by")
+    for kind, target in mocks_available().items():
+        try:
+            scenarios = ", ".join(load_mock(kind).scenarios)
+        except MockNotInstalled as exc:
+            scenarios = f"[red]{escape(str(exc))}[/]"
+        table.add_row(escape(kind), scenarios, escape(f"{target} ({_distribution(kind)})"))
+    Console(highlight=False).print(table)
+
+
+def _distribution(kind: str) -> str:
+    for ep in entry_points(group=plugins.MOCKS, name=kind):
+        if ep.dist is not None:
+            return f"{ep.dist.name} {ep.dist.version}"
+    return "source tree"
+
+
+@mocks_app.command("serve")
+def mocks_serve(
+    kind: Annotated[str, typer.Argument(help="The mock's kind (see `anvil mocks list`).")],
+    port: Annotated[int, typer.Option(min=0, max=65535, metavar="N",
+                                      help="Port to listen on; 0: any free port.")] = 0,
+    seed: Annotated[str, typer.Option(
+        metavar="S", help="Seed of every id the mock makes: same seed, same requests, "
+                          "same answers.")] = "anvil",
+    scenario: Annotated[str, typer.Option(
+        metavar="X", help="The named state the mock starts in.")] = "default",
+    host: Annotated[str, typer.Option(
+        metavar="ADDR", help="Address to listen on (loopback unless you need otherwise).")
+    ] = "127.0.0.1",
+    token: Annotated[str | None, typer.Option(
+        metavar="T", help="Admin token of /__mock__/ [default: a random one, printed].")
+    ] = None,
+) -> None:
+    """Run one mock standalone until Ctrl-C, to develop a candidate against it.
+
+    Prints its URL, its admin token and the ANVIL_MOCKS line that lets an oracle's
+    fixtures (payment.requests(), ...) reach it.
+    """
+    try:
+        mock = load_mock(kind)
+    except MockNotInstalled as exc:
+        raise _fail(str(exc)) from None
+    if scenario not in mock.scenarios:
+        raise _fail(f"mock {kind!r} has no scenario {scenario!r} "
+                    f"(it has: {', '.join(mock.scenarios)})")
+    try:
+        _run_async(_serve_mock, mock, kind, host, port, seed, scenario, token)
+    except MockHostError as exc:
+        raise _fail(str(exc), ExitCode.ERROR) from None
+
+
+async def _serve_mock(mock: type[MockService], kind: str, host: str, port: int, seed: str,
+                      scenario: str, token: str | None) -> None:
+    async with MockHost() as mock_host:
+        hosted = await mock_host.start(mock, instance=kind, seed=seed, scenario=scenario,
+                                       host=host, port=port, token=token)
+        env = f"{kind.upper().replace('-', '_')}_URL"
+        described = [{"name": kind, "kind": kind, "env": env, "url": hosted.url,
+                      "token": hosted.token, "scenario": scenario}]
+        print(f"serving mock {kind} (scenario {scenario}, seed {seed}) at {hosted.url}")
+        print(f"admin: {hosted.url}/__mock__/ with X-Mock-Token: {hosted.token}")
+        print(f"export {env}={hosted.url} {env}_TOKEN={hosted.token}")
+        print(f"export ANVIL_MOCKS='{json.dumps(described)}'", flush=True)
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for _ in signals:
+                break
+        err.print(f"stopped mock {escape(kind)}")
 
 
 @docker_app.command("bootstrap")
