@@ -1,0 +1,116 @@
+"""``anvil report`` and ``anvil traces``: reading what runs stored."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from .._errors import AnvilError
+from .._report import Format, render_report
+from .._traces import item_ids, load_trace, resolve, select, waterfall
+from ._app import (
+    DbOpt,
+    HomeOpt,
+    app,
+    code_of,
+    err,
+    fail,
+    open_store,
+)
+
+
+@app.command()
+def report(
+    run_id: Annotated[str, typer.Argument(
+        metavar="RUN_ID", help="A run id, or 'latest'.")] = "latest",
+    format: Annotated[Format, typer.Option("--format", "-f", help="Report format.")] = "table",
+    output: Annotated[Path | None, typer.Option(
+        "--output", "-o", metavar="FILE",
+        help="Write to FILE (its folder is created) instead of stdout.")] = None,
+    home: HomeOpt = Path(".anvil"),
+    db: DbOpt = None,
+) -> None:
+    """Scoreboard of a run: task-level success, item pass rate, failures by category and phase.
+
+    The table is as wide as the terminal (reasons wrap inside their cell); sent
+    to a file or a pipe, each row stays on one line.
+    """
+    try:
+        store = open_store(home, db)
+    except AnvilError as exc:
+        raise fail(str(exc), code_of(exc)) from None
+    record = store.run(run_id)
+    if record is None:
+        raise fail(f"no run {run_id!r} in {store.url}")
+    if format == "table" and output is None and sys.stdout.isatty():
+        render_report(store, record, "table", Console(highlight=False))
+        return
+    text = render_report(store, record, format)
+    assert text is not None
+    if output is None:
+        sys.stdout.write(text)
+        return
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        where = f" ({exc.filename}: {exc.strerror})" if exc.filename else f" ({exc})"
+        raise fail(f"{output}: cannot write the report{where}") from None
+    err.print(f"wrote {escape(str(output))}")
+
+
+@app.command()
+def traces(
+    evaluation: Annotated[str, typer.Argument(
+        metavar="EVAL", show_default=False,
+        help="An evaluation id (RUN_ID.N), or a run id or 'latest' for all of its "
+             "evaluations.")],
+    failed: Annotated[bool, typer.Option(
+        "--failed", help="Only failed items (and, for a run, evaluations that did not "
+                         "pass).")] = False,
+    item: Annotated[str | None, typer.Option(
+        "--item", metavar="NODEID", help="Only the items whose node id is or contains "
+                                         "NODEID.")] = None,
+    json_output: Annotated[bool, typer.Option(
+        "--json", help="The trace as JSON on stdout (every span, attribute and event).")
+    ] = False,
+    home: HomeOpt = Path(".anvil"),
+    db: DbOpt = None,
+) -> None:
+    """What happened in an evaluation: its oracle items and every HTTP call they made,
+    as a waterfall with timings, status codes and the failing assertions.
+
+    Filtered with --failed or --item, each call also shows the start of its request and
+    response bodies.
+    """
+    try:
+        store = open_store(home, db)
+    except AnvilError as exc:
+        raise fail(str(exc), code_of(exc)) from None
+    found = resolve(store, evaluation)
+    if not found:
+        raise fail(f"no evaluation or run {evaluation!r} in {store.url}")
+    one = len(found) == 1 and found[0].id == evaluation
+    if failed and not one:
+        found = [e for e in found if e.verdict != "pass"]
+    shown = [select(load_trace(store, e), failed, item) for e in found]
+    if item is not None and not any(item_ids(t) for t in shown):
+        known = sorted({i for e in found for i in item_ids(load_trace(store, e))})
+        raise fail(f"no item matches {item!r}" + (f"; items: {', '.join(known[:20])}"
+                                                   if known else ""))
+    store.close()
+    if json_output:
+        payload = [t.to_json() for t in shown]
+        sys.stdout.write(json.dumps(payload[0] if one else payload, indent=2) + "\n")
+        return
+    # Into a pipe or a file, every line whole (node ids and paths are what one greps for).
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+    for trace in shown:
+        console.print(waterfall(trace, details=failed or item is not None))
+        console.print()
