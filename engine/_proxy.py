@@ -42,6 +42,9 @@ from __future__ import annotations
 import errno
 import json
 import logging
+import math
+import queue
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -54,13 +57,18 @@ from aiohttp import web
 from multidict import CIMultiDict
 from opentelemetry import trace
 from opentelemetry.context import Context
+from opentelemetry.semconv.attributes.http_attributes import HTTP_ROUTE
 from opentelemetry.trace import NonRecordingSpan, Span, SpanContext, SpanKind, TraceFlags
 from yarl import URL
 
 from telemetry import (
+    DEFAULT_CONTRACT_BODY_LIMIT,
     REQUEST_EVENT,
     RESPONSE_EVENT,
+    VIOLATION_EVENT,
+    CallRecord,
     Capture,
+    Contract,
     SpanData,
     TraceParent,
     Tracing,
@@ -89,6 +97,8 @@ _SERVER_AUTO = ("Content-Type", "Date", "Server")
 _HARNESS_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM,
                              errno.EADDRNOTAVAIL})
 _HEADER_LIMIT = 65536  # what Python's http.server accepts per line: the proxy refuses no less
+#: At teardown, checks still queued get this long; calls past it stay unchecked.
+CHECK_BUDGET_S = 5.0
 _SHUTDOWN_S = 1.0  # calls still in flight at teardown (a killed oracle's) get this long
 
 
@@ -168,10 +178,16 @@ class Proxy:
     """
 
     def __init__(self, upstream: str, tracing: Tracing, capture: Capture,
-                 trace_id: str | None = None, parent_id: str | None = None) -> None:
+                 trace_id: str | None = None, parent_id: str | None = None,
+                 contract: Contract | None = None) -> None:
         self.upstream = upstream.rstrip("/")
         self.tracing = tracing
         self.capture = capture
+        self.contract = contract
+        # Checking a body needs all of it: the tee keeps up to this much.
+        self._keep = (max(capture.body_limit, DEFAULT_CONTRACT_BODY_LIMIT) if contract
+                      else capture.body_limit)
+        self.checker = _Checker(contract) if contract is not None else None
         self.trace_id = trace_id
         self.parent_id = parent_id
         self.url = ""
@@ -202,7 +218,7 @@ class Proxy:
         call = _Call(self.tracing.tracer.start_span(
             client_span_name(request.method), context=parent, kind=SpanKind.CLIENT,
             attributes=client_attributes(request.method, url, protocol), start_time=started,
-        ), self.capture.body_limit)
+        ), self._keep)
         try:
             return await self._forward(request, url, headers, call)
         except Exception as exc:  # a bug of the proxy's: anvil's fault, never the service's
@@ -221,7 +237,33 @@ class Proxy:
                 call.span.add_event(RESPONSE_EVENT, self.capture.response_event(
                     call.answer, bytes(call.received.head), call.received.size),
                     timestamp=call.answered)
-            call.span.end()
+            if self.checker is not None:
+                self.checker.submit(self._record(request, headers, call), call.span)
+            else:
+                call.span.end()
+
+    @staticmethod
+    def _record(request: web.BaseRequest, headers: list[tuple[str, str]],
+                call: _Call) -> CallRecord:
+        """What the contract check needs of a call (a body past the keep limit: None)."""
+        sent, received = call.sent, call.received
+        return CallRecord(
+            method=request.method, path=request.path, query=list(request.query.items()),
+            request_headers=headers,
+            request_body=bytes(sent.head) if len(sent.head) >= sent.size else None,
+            status=call.status if call.complete else None,
+            response_headers=call.answer or (),
+            response_body=bytes(received.head) if len(received.head) >= received.size
+            else None,
+        )
+
+    @property
+    def checked(self) -> int:
+        return self.checker.checked if self.checker is not None else 0
+
+    @property
+    def violations(self) -> int:
+        return self.checker.violations if self.checker is not None else 0
 
     async def _forward(self, request: web.BaseRequest, url: str,
                        headers: list[tuple[str, str]], call: _Call) -> web.StreamResponse:
@@ -231,6 +273,7 @@ class Proxy:
             return self._failed(request, call.span, exc, None)
         async with upstream:
             call.answered = time.time_ns()
+            call.status = upstream.status
             set_response(call.span, upstream.status)
             call.answer = _end_to_end(upstream.raw_headers)
             relayed = _Relayed(upstream.status, upstream.reason, CIMultiDict(call.answer))
@@ -254,6 +297,7 @@ class Proxy:
                 await relayed.write_eof()
             except ConnectionError as exc:
                 return _caller_gone(call.span, relayed, exc)
+            call.complete = True
             return relayed
 
     async def _send(self, request: web.BaseRequest, url: str, headers: list[tuple[str, str]],
@@ -290,6 +334,77 @@ class Proxy:
         return relayed or web.Response(status=502)  # never sent: the connection is closed
 
 
+class _Checker:
+    """Checks calls against the contract on a thread of its own, once the oracle is done.
+
+    A check costs about a millisecond of CPU: run while the oracle runs, it would take
+    the GIL from the proxy's event loop and add to every call's latency. So calls
+    queue up (their spans open) until :meth:`drain` (the oracle finished) or
+    :meth:`close`; only past ``max_queued`` bytes of queued bodies does checking start
+    early. Each call's span gets its violations as events, then ends at the time the
+    call ended, not when it was checked. Nothing here touches what the caller saw.
+    """
+
+    def __init__(self, contract: Contract, max_queued: int = 64 << 20) -> None:
+        self.contract = contract
+        self.max_queued = max_queued
+        self.checked = 0
+        self.violations = 0
+        self.check_ns = 0  # time spent checking, in total
+        self._queued = 0  # body bytes waiting
+        self.unchecked = 0  # calls left unchecked: the budget at close ran out
+        self._stop_by = math.inf
+        self._go = threading.Event()
+        self._queue: queue.Queue[tuple[CallRecord, Span, int] | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._work, name="anvil-contract", daemon=True)
+        self._thread.start()
+
+    def submit(self, record: CallRecord, span: Span) -> None:
+        self._queued += len(record.request_body or b"") + len(record.response_body or b"")
+        self._queue.put((record, span, time.time_ns()))
+        if self._queued > self.max_queued:
+            self._go.set()
+
+    def start(self) -> None:
+        """Start checking what is queued (the oracle is done); returns at once."""
+        self._go.set()
+
+    def drain(self) -> None:
+        """Check every call queued so far (blocks: call it from a worker thread)."""
+        self._go.set()
+        self._queue.join()
+
+    def close(self, budget_s: float = CHECK_BUDGET_S) -> None:
+        """Check what is queued within ``budget_s``, end the rest of the spans unchecked,
+        then stop (blocks: call it from a worker thread; teardown has a deadline)."""
+        self._stop_by = time.monotonic() + budget_s
+        self._go.set()
+        self._queue.put(None)
+        self._thread.join()
+
+    def _work(self) -> None:
+        self._go.wait()
+        while (job := self._queue.get()) is not None:
+            record, span, ended = job
+            began = time.perf_counter_ns()
+            try:
+                if time.monotonic() > self._stop_by:
+                    self.unchecked += 1
+                    continue
+                violations, route = self.contract.inspect(record)
+                if route is not None:
+                    span.set_attribute(HTTP_ROUTE, route)
+                for violation in violations:
+                    span.add_event(VIOLATION_EVENT, violation.attributes(), timestamp=ended)
+                self.checked += 1
+                self.violations += len(violations)
+            finally:
+                span.end(end_time=ended)
+                self.check_ns += time.perf_counter_ns() - began
+                self._queue.task_done()
+        self._queue.task_done()
+
+
 class _Call:
     """One call in flight: its span, what went each way, the service's answer."""
 
@@ -299,6 +414,8 @@ class _Call:
         self.received = _Tee(limit)
         self.answer: list[tuple[str, str]] | None = None
         self.answered = 0
+        self.status = 0
+        self.complete = False  # the whole answer was relayed
 
 
 async def _stream(request: web.BaseRequest, sent: _Tee) -> AsyncIterator[bytes]:
@@ -323,6 +440,7 @@ async def serve_proxy(
     trace_id: str | None = None,
     parent_id: str | None = None,
     host: str = "127.0.0.1",
+    contract: Contract | None = None,
 ) -> AsyncIterator[Proxy]:
     """A :class:`Proxy` in front of ``upstream``, listening on ``host`` at a free port.
 
@@ -332,7 +450,7 @@ async def serve_proxy(
     Raises:
         ProxyFault: it cannot listen (no free port, no file descriptor).
     """
-    proxy = Proxy(upstream, tracing, capture or Capture(), trace_id, parent_id)
+    proxy = Proxy(upstream, tracing, capture or Capture(), trace_id, parent_id, contract)
     async with AsyncExitStack() as stack:
         session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(force_close=True, limit=0),
@@ -342,6 +460,9 @@ async def serve_proxy(
         )
         stack.push_async_callback(_shielded, session.close)
         proxy._session = session
+        if proxy.checker is not None:  # closed last: the calls cancelled at close are checked
+            checker = proxy.checker
+            stack.push_async_callback(_shielded, lambda: anyio.to_thread.run_sync(checker.close))
         server = web.Server(proxy.handle, handler_cancellation=True, access_log=None,
                             max_line_size=_HEADER_LIMIT, max_field_size=_HEADER_LIMIT)
         runner = web.ServerRunner(server, shutdown_timeout=_SHUTDOWN_S)
@@ -398,9 +519,10 @@ class RecordingProxy:
 
     async def wiring(self, stack: AsyncExitStack, base_url: str) -> tuple[str, dict[str, str]]:
         self.spans_path.unlink(missing_ok=True)  # an earlier attempt's
+        contract = await self.recorder.contract(self.evaluation.task.root / "openapi.yaml")
         self.proxy = await stack.enter_async_context(serve_proxy(
             base_url, self.recorder.tracing, self.recorder.capture,
-            trace_id=self.trace_id or None, parent_id=self.root_id or None,
+            trace_id=self.trace_id or None, parent_id=self.root_id or None, contract=contract,
         ))
         env = {"ANVIL_SPANS": str(self.spans_path)}
         if self.trace_id:
@@ -423,7 +545,10 @@ class RecordingProxy:
                              + (f" (and {more} more)" if more else ""))
 
     async def oracle_finished(self) -> None:
-        """The oracle ended: a proxy fault during it makes the verdict ``error``."""
+        """The oracle ended: its calls are checked against the contract from now on (while
+        teardown goes on); a proxy fault during it makes the verdict ``error``."""
+        if self.proxy is not None and self.proxy.checker is not None:
+            self.proxy.checker.start()  # the proxy's close waits for it (teardown)
         self.check()
 
     async def _finish(self) -> None:
@@ -434,6 +559,15 @@ class RecordingProxy:
         self.recorder.tracing.replay(items)
         if self.proxy is not None:
             self._root.set_attribute("anvil.proxy.calls", self.proxy.calls)
+            if self.proxy.contract is not None:
+                self._root.set_attributes({
+                    "anvil.contract.checked": self.proxy.checked,
+                    "anvil.contract.violations": self.proxy.violations,
+                    "anvil.contract.check_us": (self.proxy.checker.check_ns // 1000
+                                                if self.proxy.checker else 0),
+                    "anvil.contract.unchecked": (self.proxy.checker.unchecked
+                                                 if self.proxy.checker else 0),
+                })
             if self.proxy.faults:
                 self._root.set_attribute("anvil.proxy.faults", self.proxy.faults[:20])
         self._root.end()
@@ -471,6 +605,16 @@ class TraceRecorder:
         self._evaluations: dict[str, str] = {}  # trace id -> evaluation id
         self.unattributed = 0
         self.tracing = Tracing(self._sink, **tracing)
+        self._contracts: dict[Path, Contract | None] = {}
+        self._contract_lock = anyio.Lock()
+
+    async def contract(self, path: Path) -> Contract | None:
+        """The contract in ``path``, built once per run (building one takes tens of ms;
+        checking a call with it, well under one)."""
+        async with self._contract_lock:
+            if path not in self._contracts:
+                self._contracts[path] = await anyio.to_thread.run_sync(Contract.load, path)
+            return self._contracts[path]
 
     def attach(self, evaluation: Evaluation) -> RecordingProxy:
         return RecordingProxy(evaluation, self)

@@ -2,8 +2,9 @@
 waterfall (``anvil traces``) or as JSON.
 
 The tree is evaluation → oracle items → HTTP calls. Each line has the span's timing,
-a bar placing it within the evaluation, the status code of a call, and under a
-failed item the assertion that failed it.
+a bar placing it within the evaluation, the status code of a call, the contract
+violations of a call, and under a failed item what its trace shows (see
+:mod:`engine._explain`) and the assertion that failed it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from telemetry import VIOLATION_EVENT, VIOLATION_KIND, VIOLATION_MESSAGE, SpanData, otlp_json
+
+from ._explain import Explanation, explain_trace
 from ._store import EvaluationRecord, SpanRecord, Store
 
 BAR_WIDTH = 32
@@ -59,6 +63,8 @@ class Trace:
     evaluation: EvaluationRecord
     root: Node | None
     attempts: int  # traces stored for the evaluation: one per attempt that started
+    #: What each failed item's trace shows, by node id (see :mod:`engine._explain`).
+    explanations: dict[str, Explanation] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         ev = self.evaluation
@@ -67,6 +73,8 @@ class Trace:
             "verdict": ev.verdict, "phase": ev.phase, "reason": ev.reason,
             "trace_id": self.root.span.trace_id if self.root else None,
             "attempts": self.attempts,
+            "explanations": [{"nodeid": e.nodeid, "kind": e.kind, "line": e.line}
+                             for e in self.explanations.values()],
             "root": self.root.to_json() if self.root else None,
         }
 
@@ -87,7 +95,8 @@ def load_trace(store: Store, evaluation: EvaluationRecord) -> Trace:
             continue
         parent = nodes.get(span.parent_id or "", root)
         parent.children.append(nodes[span.span_id])
-    return Trace(evaluation, root, len({s.trace_id for s in roots}))
+    explanations = {e.nodeid: e for e in explain_trace(spans)}
+    return Trace(evaluation, root, len({s.trace_id for s in roots}), explanations)
 
 
 def select(trace: Trace, failed: bool = False, item: str | None = None) -> Trace:
@@ -105,7 +114,8 @@ def select(trace: Trace, failed: bool = False, item: str | None = None) -> Trace
         return item is None or item == nodeid or item in nodeid
 
     kept = [c for c in trace.root.children if keep(c)]
-    return Trace(trace.evaluation, Node(trace.root.span, kept), trace.attempts)
+    return Trace(trace.evaluation, Node(trace.root.span, kept), trace.attempts,
+                 trace.explanations)
 
 
 def item_ids(trace: Trace) -> list[str]:
@@ -144,22 +154,29 @@ def waterfall(trace: Trace, details: bool = False) -> Table:
     under = [c.span for c in trace.root.children] or [trace.root.span]
     t0 = min(s.start_ns for s in under)
     t1 = max(max(s.end_ns for s in under), t0 + 1)
-    _rows(table, trace.root, "", "", (t0, t1), details)
+    why = {nodeid: e.line for nodeid, e in trace.explanations.items()}
+    _rows(table, trace.root, "", "", (t0, t1), details, why)
     if trace.attempts > 1:
         table.caption = f"latest of {trace.attempts} attempts"
     return table
 
 
 def _rows(table: Table, node: Node, lead: str, child_lead: str, window: tuple[int, int],
-          details: bool) -> None:
+          details: bool, why: dict[str, str]) -> None:
     label, status, style = _describe(node)
     text = Text(lead, style="dim")
     text.append(label, style=style)
     table.add_row(text, status, _duration(node.span), _bar(node.span, window, style))
     notes: list[Text] = []
+    explained = why.get(str(node.attributes.get("anvil.item.nodeid"))) if node.is_item else None
+    if explained:
+        notes.append(Text(f"→ {explained}", style="bold red"))
     if node.is_item and node.failed and node.span.status_message:
         for line in _assertion(node.span.status_message):
             notes.append(Text(line, style="red"))
+    if node.span.kind == "client":
+        notes += [Text(f"✗ contract: {_one_line(_local(v))}", style="yellow")
+                  for v in violations(node.span)]
     if details and node.span.kind == "client":
         for event in node.span.events_list():
             body = str(event["attributes"].get("anvil.body", ""))
@@ -175,7 +192,7 @@ def _rows(table: Table, node: Node, lead: str, child_lead: str, window: tuple[in
     for i, child in enumerate(node.children):
         last = i == len(node.children) - 1
         _rows(table, child, child_lead + ("└─ " if last else "├─ "),
-              child_lead + ("   " if last else "│  "), window, details)
+              child_lead + ("   " if last else "│  "), window, details, why)
 
 
 def _describe(node: Node) -> tuple[str, str, str]:
@@ -203,6 +220,21 @@ def _describe(node: Node) -> tuple[str, str, str]:
         style = "green" if code < 400 else "yellow" if code < 500 else "red"
         return f"{method} {target}", str(code), style
     return span.name, span.status if span.status != "unset" else "", ""
+
+
+def violations(span: SpanRecord, kinds: frozenset[str] | None = None) -> list[str]:
+    """The contract violations the proxy recorded on a call (of ``kinds`` only, if given)."""
+    return [str(e["attributes"].get(VIOLATION_MESSAGE, "")) for e in span.events_list()
+            if e["name"] == VIOLATION_EVENT
+            and (kinds is None or e["attributes"].get(VIOLATION_KIND) in kinds)]
+
+
+def _local(violation: str) -> str:
+    """A violation shown under its call: ``response: 'date' missing from item 0`` (the
+    call's method and path are on the line above)."""
+    head, sep, rest = violation.partition(": ")
+    side = head.split(" ", 1)[0]
+    return f"{side}: {rest}" if sep and side in ("request", "response") else violation
 
 
 def _bar(span: SpanRecord, window: tuple[int, int], style: str) -> Text:
@@ -233,6 +265,23 @@ def _one_line(text: str) -> str:
 
 def _short(submission: str) -> str:
     return submission.rstrip("/").rsplit("/", 1)[-1]
+
+
+def span_data(record: SpanRecord) -> SpanData:
+    """A stored span as a :class:`~telemetry.SpanData` (to export it again)."""
+    return SpanData.from_dict({
+        "trace_id": record.trace_id, "span_id": record.span_id, "parent_id": record.parent_id,
+        "name": record.name, "kind": record.kind, "start_ns": record.start_ns,
+        "end_ns": record.end_ns, "status": record.status,
+        "status_message": record.status_message, "attributes": record.attributes_dict(),
+        "events": record.events_list(),
+    })
+
+
+def export_otlp_json(store: Store, evaluations: Sequence[EvaluationRecord]) -> dict[str, Any]:
+    """Every stored span of ``evaluations`` (all their attempts: one trace each) as one
+    OTLP/JSON bundle."""
+    return otlp_json(span_data(s) for e in evaluations for s in store.spans(e.id))
 
 
 def resolve(store: Store, ref: str) -> Sequence[EvaluationRecord]:

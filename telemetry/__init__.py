@@ -7,6 +7,13 @@ records to a sink the caller chooses (the engine's store, a test's list).
 
 from __future__ import annotations
 
+from ._contract import DEFAULT_CONTRACT_BODY_LIMIT as DEFAULT_CONTRACT_BODY_LIMIT
+from ._contract import VIOLATION_EVENT as VIOLATION_EVENT
+from ._contract import VIOLATION_KIND as VIOLATION_KIND
+from ._contract import VIOLATION_MESSAGE as VIOLATION_MESSAGE
+from ._contract import CallRecord as CallRecord
+from ._contract import Contract as Contract
+from ._contract import Violation as Violation
 from ._export import AttrValue as AttrValue
 from ._export import SinkExporter as SinkExporter
 from ._export import SpanData as SpanData
@@ -33,32 +40,43 @@ from ._http import exception_event as exception_event
 from ._http import method_attributes as method_attributes
 from ._http import set_error as set_error
 from ._http import set_response as set_response
+from ._otlp import otlp_json as otlp_json
 from ._setup import Tracing as Tracing
+from ._setup import otlp_endpoint as otlp_endpoint
 
 __all__ = [
     "BODY",
     "BODY_ENCODING",
     "BODY_SIZE",
     "BODY_TRUNCATED",
+    "DEFAULT_CONTRACT_BODY_LIMIT",
     "DEFAULT_BODY_LIMIT",
     "REDACTED",
     "REQUEST_EVENT",
     "RESPONSE_EVENT",
     "SECRET_HEADERS",
+    "VIOLATION_EVENT",
+    "VIOLATION_KIND",
+    "VIOLATION_MESSAGE",
     "AttrValue",
+    "CallRecord",
     "Capture",
+    "Contract",
     "SinkExporter",
     "SpanData",
     "SpanEvent",
     "SpanSink",
     "TraceParent",
     "Tracing",
+    "Violation",
     "client_attributes",
     "client_span_name",
     "derived_span_id",
     "error_type",
     "exception_event",
     "method_attributes",
+    "otlp_endpoint",
+    "otlp_json",
     "readable_span",
     "set_error",
     "set_response",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
@@ -13,7 +14,8 @@ from rich.markup import escape
 
 from .._errors import AnvilError
 from .._report import Format, render_report
-from .._traces import item_ids, load_trace, resolve, select, waterfall
+from .._store import EvaluationRecord, Store
+from .._traces import export_otlp_json, item_ids, load_trace, resolve, select, waterfall
 from ._app import (
     DbOpt,
     HomeOpt,
@@ -65,6 +67,24 @@ def report(
     err.print(f"wrote {escape(str(output))}")
 
 
+EXPORT_FORMATS = ("otlp-json",)
+
+
+def _export(store: Store, found: Sequence[EvaluationRecord], format: str,
+            output: Path) -> None:
+    bundle = export_otlp_json(store, found)
+    store.close()
+    count = sum(len(scope.get("spans", [])) for rs in bundle.get("resourceSpans", [])
+                for scope in rs.get("scopeSpans", []))
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(json.dumps(bundle), encoding="utf-8")
+    except OSError as exc:
+        where = f" ({exc.filename}: {exc.strerror})" if exc.filename else f" ({exc})"
+        raise fail(f"{output}: cannot write the traces{where}") from None
+    err.print(f"wrote {count} spans ({format}) to {escape(str(output))}")
+
+
 @app.command()
 def traces(
     evaluation: Annotated[str, typer.Argument(
@@ -80,6 +100,10 @@ def traces(
     json_output: Annotated[bool, typer.Option(
         "--json", help="The trace as JSON on stdout (every span, attribute and event).")
     ] = False,
+    export: Annotated[tuple[str, Path] | None, typer.Option(
+        "--export", metavar="FORMAT FILE", show_default=False,
+        help="Write every span of the evaluation(s), all attempts, to FILE instead; "
+             "FORMAT: otlp-json (an OTLP/JSON bundle other trace viewers load).")] = None,
     home: HomeOpt = Path(".anvil"),
     db: DbOpt = None,
 ) -> None:
@@ -97,6 +121,12 @@ def traces(
     if not found:
         raise fail(f"no evaluation or run {evaluation!r} in {store.url}")
     one = len(found) == 1 and found[0].id == evaluation
+    if export is not None:
+        format, output = export
+        if format not in EXPORT_FORMATS:
+            raise fail(f"--export {format}: the formats are {', '.join(EXPORT_FORMATS)}")
+        _export(store, found, format, output)
+        return
     if failed and not one:
         found = [e for e in found if e.verdict != "pass"]
     shown = [select(load_trace(store, e), failed, item) for e in found]
@@ -114,3 +144,35 @@ def traces(
     for trace in shown:
         console.print(waterfall(trace, details=failed or item is not None))
         console.print()
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option(
+        "--host", help="Address to listen on (loopback unless --expose).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 8765,
+    expose: Annotated[bool, typer.Option(
+        "--expose", help="Allow a --host that is not loopback: the UI has no login and "
+                         "shows request bodies and logs.")] = False,
+    home: HomeOpt = Path(".anvil"),
+    db: DbOpt = None,
+) -> None:
+    """A web UI of stored runs: evaluations, items (failed first) and each item's trace,
+    with its requests, responses and the service's log. Works offline; Ctrl-C stops it."""
+    import uvicorn  # the web stack loads only for this command
+
+    from .._web import create_app, is_loopback
+
+    if not is_loopback(host) and not expose:
+        raise fail(f"--host {host} is not a loopback address; add --expose to serve on it")
+    try:
+        store = open_store(home, db)
+    except AnvilError as exc:
+        raise fail(str(exc), code_of(exc)) from None
+    shown = f"[{host}]" if ":" in host else host
+    err.print(f"anvil serve: http://{shown}:{port}/ ({escape(store.url)}); Ctrl-C stops it")
+    try:
+        uvicorn.run(create_app(store, home.resolve()), host=host, port=port,
+                    log_level="warning")
+    finally:
+        store.close()

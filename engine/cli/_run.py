@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shlex
 import signal
 import sys
 from collections.abc import Sequence
@@ -14,14 +15,17 @@ from typing import Annotated
 import anyio
 import typer
 from rich.markup import escape
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
 from .._errors import AnvilError, InputError
 from .._events import EvaluationFinished
+from .._explain import explain
 from .._mocks import MockFabric
 from .._proxy import default_attachments
 from .._reaper import marked_processes, reap_orphans
 from .._run import Planned, Runner, RunSettings, evaluate_once, plan
-from .._store import EvaluationRecord
+from .._store import EvaluationRecord, Store
 from .._subscribers import (
     STYLE,
     event_log,
@@ -144,13 +148,15 @@ async def _run(
         if not runner.interrupted:
             await auto_gc(home, runtime)
     rows = await anyio.to_thread.run_sync(store.evaluations, run_id)
+    explained = await anyio.to_thread.run_sync(_explanations, store, results)
     store.close()
     if runner.interrupted:
         return ExitCode.INTERRUPTED
     verdicts = {r.id: r.verdict for r in rows if r.status == "done"}
     done_before = len(verdicts.keys() - {r.evaluation_id for r in results})
     verdicts.update({r.evaluation_id: r.verdict.value for r in results})  # newer than the store
-    _print_summary(results, rows, home / "runs" / run_id)
+    _print_summary(results, rows, home / "runs" / run_id, explained,
+                   _traces_options(home, db))
     _print_totals(run_id, verdicts, len(rows), done_before)
     for task_id in without_submissions:
         err.print(f"[red]not evaluated:[/] task {escape(task_id)} had no submissions")
@@ -219,12 +225,43 @@ def _print_totals(run_id: str, verdicts: dict[str, str | None], evaluations: int
 
 
 SUMMARY_ITEMS = 10  # failed items listed per evaluation; `anvil report` has them all
+EXPLAINED_ITEMS = 3  # of those, the first ones get the line their trace explains
+
+
+def _explanations(store: Store, results: Sequence[EvaluationFinished]
+                  ) -> dict[str, dict[str, str]]:
+    """For each evaluation that did not pass, its first failed items' explanation lines."""
+    explained: dict[str, dict[str, str]] = {}
+    for result in results:
+        failed = [i for i in result.items if i.failed][:EXPLAINED_ITEMS]
+        if failed:
+            found = explain(store.spans(result.evaluation_id), failed)
+            explained[result.evaluation_id] = {e.nodeid: e.line for e in found}
+    return explained
+
+
+def _traces_options(home: Path, db: str | None) -> str:
+    """The options `anvil traces` needs to find this run's store (a password in the
+    database URL is not printed)."""
+    options = ""
+    if home != Path(os.environ.get("ANVIL_HOME") or ".anvil").resolve():
+        options += f" --home {shlex.quote(str(home))}"
+    if db:
+        try:
+            shown = make_url(db).render_as_string(hide_password=True)
+        except ArgumentError:
+            shown = "URL"
+        options += f" --db {shlex.quote(shown)}"
+    return options
 
 
 def _print_summary(
-    results: Sequence[EvaluationFinished], rows: Sequence[EvaluationRecord], run_dir: Path
+    results: Sequence[EvaluationFinished], rows: Sequence[EvaluationRecord], run_dir: Path,
+    explained: dict[str, dict[str, str]] | None = None, traces_options: str = "",
 ) -> None:
-    """A pytest-like short summary: what did not pass, which items, where the logs are."""
+    """A pytest-like short summary: what did not pass, which items, what their traces
+    show, the command that opens them, where the logs are."""
+    explained = explained or {}
     positions = {r.id: r.position for r in rows}
     bad = sorted((r for r in results if r.verdict is not Verdict.PASS),
                  key=lambda r: positions.get(r.evaluation_id, 0))
@@ -243,9 +280,16 @@ def _print_summary(
             message = _one_line(item.message) or item.outcome.value
             err.print(f"  {item.outcome.value.upper()} {task} {sub} {escape(item.nodeid)}"
                       f"{escape(category)} - {escape(message)}")
+            why = explained.get(result.evaluation_id, {}).get(item.nodeid)
+            if why:
+                err.print(f"    [dim]→[/] {escape(why)}")
         if len(failed) > SUMMARY_ITEMS:
             err.print(f"  ... and {len(failed) - SUMMARY_ITEMS} more failed items "
                       f"(anvil report {run_dir.name})")
+        at_oracle = result.phase is not None and result.phase.value == "oracle"
+        if failed or (result.verdict is Verdict.ERROR and at_oracle):
+            err.print(f"  trace: anvil traces {escape(result.evaluation_id)} --failed"
+                      f"{escape(traces_options)}")
         position = positions.get(result.evaluation_id)
         logs = sorted(run_dir.glob(f"{position:03d}-*")) if position is not None else []
         if logs:

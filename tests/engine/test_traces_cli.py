@@ -51,7 +51,7 @@ def test_the_waterfall_shows_every_item_and_each_call_once(
     out = done.stdout
     assert evaluation_id in out and "FAIL at oracle" in out
     lines = out.splitlines()
-    calls = [line for line in lines if re.search(r"(GET|PUT) /", line)]
+    calls = [line for line in lines if re.search(r"[├└]─ (GET|PUT) /", line)]
     assert len(calls) == sum(len(c) for c in CALLS.values())  # each call once, no more
     starts = [i for i, line in enumerate(lines) if "test_tiny.py::" in line] + [len(lines)]
     assert len(starts) == len(CALLS) + 1
@@ -72,6 +72,7 @@ def test_failed_shows_only_the_failed_item_with_its_bodies(
     out = traces(recorded, cache_dir, evaluation_id, "--failed").stdout
     assert "test_put_then_get" in out
     assert "test_health" not in out and "test_unknown_is_404" not in out
+    assert "→ wrong status: expected 200, got 404 from GET /items/" in out  # what it shows
     assert '→ {"value": "v"}' in out  # the PUT's request body
     assert '← {"detail": "not found"}' in out  # the GET's answer
 
@@ -103,3 +104,18 @@ def test_a_run_id_shows_its_evaluations_and_unknown_names_are_usage_errors(
     assert unknown.returncode == 2 and "no evaluation or run" in unknown.stderr
     no_item = traces(recorded, cache_dir, evaluation_id, "--item", "nothing_like_it")
     assert no_item.returncode == 2 and "test_health" in no_item.stderr
+
+
+def test_export_names_its_formats_and_writes_every_span(
+        recorded: tuple[Path, str, str], cache_dir: Path, tmp_path: Path) -> None:
+    home, _, evaluation_id = recorded
+    bogus = traces(recorded, cache_dir, evaluation_id, "--export", "zipkin", str(tmp_path / "x"))
+    assert bogus.returncode == 2 and "the formats are otlp-json" in bogus.stderr
+    assert not (tmp_path / "x").exists()
+    done = traces(recorded, cache_dir, evaluation_id, "--export", "otlp-json",
+                  str(tmp_path / "t.json"))
+    assert done.returncode == 0, done.stderr
+    spans = [s for rs in json.loads((tmp_path / "t.json").read_text())["resourceSpans"]
+             for scope in rs["scopeSpans"] for s in scope["spans"]]
+    stored = Store(f"sqlite:///{home / 'anvil.db'}").spans(evaluation_id)
+    assert sorted(s["spanId"] for s in spans) == sorted(s.span_id for s in stored)

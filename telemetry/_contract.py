@@ -1,0 +1,221 @@
+"""The contract check: a call's request and response checked against an OpenAPI document.
+
+openapi-core does the checking; this module builds its validator once per document
+(:meth:`Contract.load`) and turns what it reports into one readable line per
+problem, such as ``response to GET /messages: 'date' missing from item 0``. A check
+never raises: a document openapi-core cannot use, or a fault inside it, is reported
+as a :class:`Violation` of kind ``check`` (so nothing about a call's verdict can
+depend on it).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from multidict import CIMultiDict, MultiDict
+from openapi_core import Config, OpenAPI
+from openapi_core.datatypes import RequestParameters
+from openapi_core.templating.paths.exceptions import OperationNotFound, PathNotFound
+from openapi_core.templating.responses.exceptions import ResponseNotFound
+
+log = logging.getLogger("anvil.telemetry")
+
+#: The span event a violation becomes, and its attributes.
+VIOLATION_EVENT = "contract.violation"
+VIOLATION_KIND = "anvil.contract.kind"  # request, response, route or check
+VIOLATION_MESSAGE = "anvil.contract.message"
+#: Bodies past this size are not checked (a check reads the whole body).
+DEFAULT_CONTRACT_BODY_LIMIT = 1 << 20
+#: Schema errors reported per request or response (a list of 1000 bad items is one story).
+MAX_PER_CALL = 5
+
+_REQUIRED = re.compile(r"^'(?P<name>.+)' is a required property$")
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One way a call broke the contract.
+
+    ``kind`` is ``request`` (what the caller sent), ``response`` (what the service
+    answered), ``route`` (a method and path the contract does not have) or ``check``
+    (the check itself could not run).
+    """
+
+    kind: str
+    message: str
+
+    def attributes(self) -> dict[str, str]:
+        return {VIOLATION_KIND: self.kind, VIOLATION_MESSAGE: self.message}
+
+
+@dataclass(frozen=True)
+class CallRecord:
+    """What the contract check needs of one call (bodies whole, or None when unknown)."""
+
+    method: str
+    path: str  # decoded, without the query string
+    query: Iterable[tuple[str, str]]
+    request_headers: Iterable[tuple[str, str]]
+    request_body: bytes | None
+    status: int | None = None
+    response_headers: Iterable[tuple[str, str]] = ()
+    response_body: bytes | None = None
+
+
+class _Request:
+    host_url = "http://contract.invalid"
+
+    def __init__(self, call: CallRecord) -> None:
+        headers = CIMultiDict(call.request_headers)
+        self.method = call.method.lower()
+        self.path = call.path
+        self.body = call.request_body
+        self.content_type = headers.get("Content-Type", "")
+        cookies: MultiDict[str] = MultiDict()
+        for value in headers.getall("Cookie", []):
+            for pair in value.split(";"):
+                name, _, text = pair.strip().partition("=")
+                if name:
+                    cookies.add(name, text)
+        self.parameters = RequestParameters(query=MultiDict(call.query), header=headers,
+                                            cookie=cookies)
+        self.route: str | None = None  # set when the validator finds the path
+
+
+def _routed(validator: Any) -> Any:
+    """``validator`` (an openapi-core request validator class) noting the route it finds."""
+
+    def _find_path(self: Any, request: Any) -> Any:
+        found = validator._find_path(self, request)
+        if isinstance(request, _Request):
+            request.route = str(found.path_result.pattern)
+        return found
+
+    return type(f"Routed{validator.__name__}", (validator,), {"_find_path": _find_path})
+
+
+class _Response:
+    def __init__(self, call: CallRecord) -> None:
+        assert call.status is not None
+        self.headers = CIMultiDict(call.response_headers)
+        self.status_code = call.status
+        self.content_type = self.headers.get("Content-Type", "")
+        self.data = call.response_body
+
+
+class Contract:
+    """A validator for one OpenAPI document: build it once, :meth:`check` every call.
+
+    The document's ``servers`` are ignored: calls are matched on method and path only
+    (the service listens wherever the harness put it).
+    """
+
+    def __init__(self, document: Mapping[str, Any], name: str = "openapi.yaml") -> None:
+        spec = dict(document)
+        spec["servers"] = [{"url": "/"}]
+        self.name = name
+        self._api = OpenAPI.from_dict(spec)
+        validator = self._api.request_validator_cls
+        if validator is not None and hasattr(validator, "_find_path"):
+            # The path the request validator finds is the call's route (``http.route``):
+            # kept on the request, so finding it costs nothing more. (A private hook of
+            # openapi-core's: if it goes away, calls just have no route.)
+            self._api = OpenAPI.from_dict(spec, config=Config(
+                request_validator_cls=_routed(validator)))
+
+    @classmethod
+    def load(cls, path: Path) -> Contract | None:
+        """The contract in ``path``, or None when there is none or openapi-core cannot use
+        it (logged: a task's contract problems are ``anvil tasks check``'s to report)."""
+        try:
+            document = yaml.safe_load(path.read_text(encoding="utf-8"))
+            return cls(document, path.name)
+        except FileNotFoundError:
+            return None
+        except Exception as exc:  # noqa: BLE001 - any unusable document: no contract check
+            log.warning("%s: no contract check: %s: %s", path, type(exc).__name__, exc)
+            return None
+
+    def check(self, call: CallRecord) -> list[Violation]:
+        """Every violation of the call: its request's, then its response's (when it had one)."""
+        return self.inspect(call)[0]
+
+    def inspect(self, call: CallRecord) -> tuple[list[Violation], str | None]:
+        """The call's violations (see :meth:`check`) and its route (the contract's path
+        template it matched, such as ``/items/{key}``; None when it matched none)."""
+        request = _Request(call)
+        try:
+            return list(self._check(call, request)), request.route
+        except Exception as exc:  # noqa: BLE001 - a checker fault is never the call's
+            log.exception("contract check failed on %s %s", call.method, call.path)
+            return [Violation("check", f"{call.method} {call.path}: the contract check "
+                                       f"failed: {type(exc).__name__}: {exc}")], request.route
+
+    def _check(self, call: CallRecord, request: _Request) -> Iterator[Violation]:
+        what = f"{call.method.upper()} {call.path}"
+        for error in self._api.iter_request_errors(request):
+            if isinstance(error, PathNotFound | OperationNotFound):
+                yield Violation("route", f"{what} is not in the contract")
+                return
+            for phrase in _describe(error):
+                yield Violation("request", f"request to {what}: {phrase}")
+        if call.status is None or call.response_body is None:
+            return
+        for error in self._api.iter_response_errors(request, _Response(call)):
+            if isinstance(error, ResponseNotFound):
+                yield Violation("response", f"response to {what}: status {call.status} is "
+                                            "not one the contract lists")
+                continue
+            for phrase in _describe(error):
+                yield Violation("response", f"response to {what}: {phrase}")
+
+
+def _describe(error: BaseException) -> list[str]:
+    """openapi-core's error as readable phrases: one per schema error under it (the
+    first :data:`MAX_PER_CALL`), else one for the error itself."""
+    cause: BaseException | None = error
+    while cause is not None:
+        schema_errors = getattr(cause, "schema_errors", None)
+        if schema_errors:
+            phrases = [_schema_error(e) for e in schema_errors[:MAX_PER_CALL]]
+            if len(schema_errors) > MAX_PER_CALL:
+                phrases[-1] += f" (and {len(schema_errors) - MAX_PER_CALL} more)"
+            return phrases
+        if cause.__cause__ is None:
+            break
+        cause = cause.__cause__
+    text = str(cause) if cause is not None else ""
+    kind = type(error).__name__
+    return [f"{_words(kind)}: {text}" if text and text != kind else _words(kind)]
+
+
+def _schema_error(error: Any) -> str:
+    where = _location(list(error.absolute_path))
+    required = _REQUIRED.match(str(error.message))
+    if error.validator == "required" and required:
+        return f"'{required['name']}' missing from {where}"
+    return f"{where}: {error.message}"
+
+
+def _location(path: list[Any]) -> str:
+    """``[0, 'date']`` as ``'date' of item 0``; ``[]`` as ``the body``."""
+    if not path:
+        return "the body"
+    parts = [f"item {p}" if isinstance(p, int) else f"'{p}'" for p in path]
+    return " of ".join(reversed(parts))
+
+
+def _words(name: str) -> str:
+    """``InvalidRequestBody`` as ``invalid request body``."""
+    return re.sub(r"(?<!^)(?=[A-Z])", " ", name).lower()
+
+
+def body_of(head: bytes, size: int) -> bytes | None:
+    """The whole body when ``head`` holds all ``size`` bytes of it, else None."""
+    return bytes(head) if len(head) >= size else None

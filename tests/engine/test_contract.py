@@ -1,0 +1,242 @@
+"""The contract check: every proxied call is checked against the task's openapi.yaml;
+violations become span events that `anvil traces` shows next to the call, and the
+check changes neither the bytes the caller gets nor the verdict."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import time
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import anyio
+import pytest
+import yaml
+from aiohttp import web
+from rich.console import Console
+
+from engine import Store, Task, Verdict, load_task
+from engine._proxy import RecordingProxy, TraceRecorder, _Checker, serve_proxy
+from engine._traces import load_trace, waterfall
+from telemetry import (
+    VIOLATION_EVENT,
+    VIOLATION_KIND,
+    VIOLATION_MESSAGE,
+    CallRecord,
+    Contract,
+    SpanData,
+    Tracing,
+)
+from tests.conftest import FIXTURES, MakeSubmission, run_engine
+
+MESSAGE = {"type": "object", "required": ["date", "text"],
+           "properties": {"date": {"type": "string"}, "text": {"type": "string"}}}
+SPEC: dict[str, Any] = {
+    "openapi": "3.0.3", "info": {"title": "t", "version": "1"},
+    "servers": [{"url": "https://elsewhere.example/api"}],  # ignored: method and path match
+    "paths": {"/messages": {
+        "get": {"responses": {"200": {"description": "ok", "content": {"application/json": {
+            "schema": {"type": "array", "items": MESSAGE}}}}}},
+        "post": {"requestBody": {"required": True, "content": {"application/json": {
+            "schema": {"type": "object", "required": ["text"],
+                       "properties": {"text": {"type": "string"}}}}}},
+            "responses": {"201": {"description": "made"}}},
+    }},
+}
+JSON = [("Content-Type", "application/json")]
+
+
+def call(method: str, path: str, status: int, body: Any = None, sent: Any = None) -> CallRecord:
+    return CallRecord(
+        method, path, (), JSON if sent is not None else (),
+        json.dumps(sent).encode() if sent is not None else None, status, JSON,
+        body if isinstance(body, bytes) else json.dumps(body).encode())
+
+
+@pytest.fixture(scope="module")
+def contract() -> Contract:
+    return Contract(SPEC)
+
+
+@pytest.mark.parametrize(("record", "expected"), [
+    (call("GET", "/messages", 200, [{"date": "d", "text": "a"}]), []),
+    (call("GET", "/messages", 200, [{"text": "a"}]),
+     [("response", "response to GET /messages: 'date' missing from item 0")]),
+    (call("GET", "/messages", 200, [{"date": "d", "text": "a"}, {"date": 5, "text": "b"}]),
+     [("response", "response to GET /messages: 'date' of item 1: 5 is not of type 'string'")]),
+    (call("GET", "/messages", 500, {}),
+     [("response", "response to GET /messages: status 500 is not one the contract lists")]),
+    (call("GET", "/messages", 200, b"<html>"),
+     [("response", "response to GET /messages: data validation error: Failed to deserialize "
+                   "value with application/json mimetype: <html>")]),
+    (call("POST", "/messages", 201, b"", sent={"x": 1}),
+     [("request", "request to POST /messages: 'text' missing from the body")]),
+    (call("DELETE", "/messages", 405, b""), [("route", "DELETE /messages is not in the contract")]),
+    (call("GET", "/nowhere", 404, b""), [("route", "GET /nowhere is not in the contract")]),
+])
+def test_violations_read_as_one_line_each(contract: Contract, record: CallRecord,
+                                          expected: list[tuple[str, str]]) -> None:
+    assert [(v.kind, v.message) for v in contract.check(record)] == expected
+
+
+def test_a_response_whose_body_is_unknown_is_not_checked(contract: Contract) -> None:
+    cut = CallRecord("GET", "/messages", (), (), None, 200, JSON, None)  # past the keep limit
+    assert contract.check(cut) == []
+
+
+def test_an_unusable_document_means_no_check_not_a_failure(tmp_path: Path) -> None:
+    (tmp_path / "openapi.yaml").write_text("openapi: 3.0.3\npaths: [not, a, mapping]\n")
+    assert Contract.load(tmp_path / "openapi.yaml") is None
+    assert Contract.load(tmp_path / "missing.yaml") is None
+
+
+# -- through the proxy: same bytes, violations as span events -----------------------------
+
+
+@asynccontextmanager
+async def _upstream(body: bytes) -> AsyncIterator[str]:
+    async def messages(request: web.Request) -> web.Response:
+        return web.Response(body=body, content_type="application/json",
+                            headers={"X-Seen": request.headers.get("X-Probe", "")})
+
+    app = web.Application()
+    app.router.add_get("/messages", messages)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+    finally:
+        await runner.cleanup()
+
+
+async def _fetch(url: str) -> tuple[int, bytes, dict[str, str]]:
+    async with aiohttp.ClientSession(auto_decompress=False) as session, session.get(
+            f"{url}/messages", headers={"X-Probe": "p"}) as response:
+        body = await response.read()
+        headers = {k: v for k, v in response.headers.items() if k not in ("Date",)}
+        return response.status, body, headers
+
+
+async def test_the_check_changes_no_byte_and_records_what_is_wrong() -> None:
+    body = json.dumps([{"text": "no date"}] * 3).encode()
+    spans: list[SpanData] = []
+
+    def sink(batch: Sequence[SpanData]) -> None:
+        spans.extend(batch)
+
+    tracing = Tracing(sink)
+    seen = []
+    async with _upstream(body) as upstream:
+        direct = await _fetch(upstream)
+        for contract in (None, Contract(SPEC)):
+            async with serve_proxy(upstream, tracing, contract=contract) as proxy:
+                seen.append(await _fetch(proxy.url))
+                answered = time.time_ns()
+                assert proxy.checked == 0  # not while calls go on: once they are done
+            assert proxy.checked == (1 if contract else 0)
+    await anyio.to_thread.run_sync(tracing.shutdown)
+    assert seen == [direct, direct]  # with and without the check: what the service sent
+    assert direct[1] == body
+    plain, checked = spans
+    assert [e.name for e in plain.events] == ["http.request", "http.response"]
+    violations = [e.attributes for e in checked.events if e.name == VIOLATION_EVENT]
+    assert violations == [{
+        VIOLATION_KIND: "response",
+        VIOLATION_MESSAGE: f"response to GET /messages: 'date' missing from item {i}"}
+        for i in range(3)]
+    assert checked.attributes["http.response.status_code"] == 200  # a violation is no error
+    assert checked.status == "unset"
+    assert checked.end_ns <= answered  # the call's own end, not when it was checked
+
+
+# -- a real evaluation: the verdict stays, the waterfall shows the violations --------------
+
+TIGHT = {
+    "/items/{key}": {
+        "parameters": [{"name": "key", "in": "path", "required": True,
+                        "schema": {"type": "string"}}],
+        "get": {"responses": {
+            "200": {"description": "the value", "content": {"application/json": {"schema": {
+                "type": "object", "required": ["key", "value", "date"],
+                "properties": {"key": {"type": "string"}, "value": {"type": "string"},
+                               "date": {"type": "string"}}}}}},
+            "404": {"description": "unknown key"}}},
+        "put": {"requestBody": {"content": {"application/json": {"schema": {
+            "type": "object", "properties": {"value": {"type": "string"}}}}}},
+            "responses": {"200": {"description": "stored", "content": {"application/json": {
+                "schema": {"type": "object", "required": ["stored"],
+                           "properties": {"stored": {"type": "boolean"}}}}}}}},
+    },
+}
+
+
+@pytest.fixture
+def strict_task(tmp_path: Path) -> Task:
+    """The tiny task with a contract the tiny service breaks (no 'date', no 'stored')."""
+    root = tmp_path / "strict-task"
+    shutil.copytree(FIXTURES / "tiny_task", root)
+    document = yaml.safe_load((root / "openapi.yaml").read_text())
+    document["paths"].update(TIGHT)
+    (root / "openapi.yaml").write_text(yaml.safe_dump(document))
+    return load_task(root)
+
+
+async def test_an_evaluation_keeps_its_verdict_and_shows_its_violations(
+    strict_task: Task, make_submission: MakeSubmission, tmp_path: Path, cache_dir: Path,
+) -> None:
+    store = Store(f"sqlite:///{tmp_path / 'anvil.db'}")
+    proxies: list[RecordingProxy] = []
+    async with TraceRecorder(store) as recorder:
+        def attach(ev: Any) -> RecordingProxy:
+            proxies.append(recorder.attach(ev))
+            return proxies[-1]
+
+        (result,), store, _ = await run_engine([(strict_task, make_submission("ok"))],
+                                               tmp_path, cache_dir, attachments=[attach])
+    assert result.verdict is Verdict.PASS, result.reason  # violations change no verdict
+    (attached,) = proxies
+    proxy = attached.proxy
+    assert proxy is not None and proxy.checked == proxy.calls == 5  # every call checked
+    spans = store.spans(result.evaluation_id)
+    found = {(s.attributes_dict()["http.request.method"], e["attributes"][VIOLATION_MESSAGE])
+             for s in spans if s.kind == "client" for e in s.events_list()
+             if e["name"] == VIOLATION_EVENT}
+    # one PUT and one GET that answered 200 (the 404s have no schema to break)
+    assert sorted((method, m.split(": ", 1)[1]) for method, m in found) == [
+        ("GET", "'date' missing from the body"), ("PUT", "'stored' missing from the body")]
+    assert all(m.startswith(f"response to {method} /items/") for method, m in found)
+    routes = sorted(s.attributes_dict().get("http.route", "") for s in spans
+                    if s.kind == "client")  # the contract's path each call matched
+    assert routes == ["/health", "/items/{key}", "/items/{key}", "/items/{key}", "/slow"]
+    (root,) = [s for s in spans if s.parent_id is None]
+    measured = root.attributes_dict()
+    assert measured["anvil.contract.checked"] == 5
+    per_call_us = measured["anvil.contract.check_us"] / measured["anvil.contract.checked"]
+    print(f"contract check: {per_call_us:.0f} us per call")
+    assert per_call_us < 20_000  # a generous bound on a loaded 2-core machine
+    console = Console(width=200, record=True, file=io.StringIO())
+    console.print(waterfall(load_trace(store, store.evaluation(result.evaluation_id)
+                                       or pytest.fail("no evaluation"))))
+    lines = console.export_text().splitlines()
+    put = next(i for i, line in enumerate(lines) if "PUT /items/" in line)
+    assert "✗ contract: response: 'stored' missing from the body" in lines[put + 1]
+
+
+def test_checks_past_the_teardown_budget_leave_their_spans_ended_but_unchecked() -> None:
+    spans: list[SpanData] = []
+    tracing = Tracing(spans.extend)
+    checker = _Checker(Contract(SPEC))
+    for _ in range(3):
+        checker.submit(call("GET", "/messages", 200, [{"text": "a"}]),
+                       tracing.tracer.start_span("GET"))
+    checker.close(budget_s=0)
+    tracing.shutdown()
+    assert (checker.checked, checker.unchecked) == (0, 3)
+    assert len(spans) == 3 and not any(e.name == VIOLATION_EVENT for s in spans
+                                       for e in s.events)
