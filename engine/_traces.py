@@ -208,18 +208,27 @@ def _describe(node: Node) -> tuple[str, str, str]:
         style = {"passed": "green", "failed": "red", "error": "red"}.get(outcome, "yellow")
         return label, outcome, style
     if span.kind == "client":
-        method = attributes.get("http.request.method_original") or attributes.get(
-            "http.request.method", span.name)
-        target = str(attributes.get("url.path", ""))
-        if attributes.get("url.query"):
-            target += f"?{attributes['url.query']}"
+        label, status = call_label(node)
         code = attributes.get("http.response.status_code")
-        if code is None:
-            return f"{method} {target}", str(attributes.get("error.type", "error")).rsplit(
-                ".", 1)[-1], "red"
-        style = "green" if code < 400 else "yellow" if code < 500 else "red"
-        return f"{method} {target}", str(code), style
+        style = ("red" if code is None or code >= 500 else "green" if code < 400
+                 else "yellow")
+        return label, status, style
     return span.name, span.status if span.status != "unset" else "", ""
+
+
+def call_label(node: Node) -> tuple[str, str]:
+    """``("PUT /items/a?x=1", "200")`` for an HTTP call's span; the status column is the
+    error type when no answer came (``ClientConnectionError``)."""
+    attributes = node.attributes
+    method = attributes.get("http.request.method_original") or attributes.get(
+        "http.request.method", node.span.name)
+    target = str(attributes.get("url.path", ""))
+    if attributes.get("url.query"):
+        target += f"?{attributes['url.query']}"
+    code = attributes.get("http.response.status_code")
+    if code is None:
+        return f"{method} {target}", str(attributes.get("error.type", "error")).rsplit(".", 1)[-1]
+    return f"{method} {target}", str(code)
 
 
 def violations(span: SpanRecord, kinds: frozenset[str] | None = None) -> list[str]:

@@ -30,7 +30,7 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Route
 
 from ._store import EvaluationRecord, ItemRecord, RunRecord, Store
-from ._traces import Node, load_trace
+from ._traces import Node, call_label, load_trace
 
 LOG_NAMES = ("service.log", "oracle.log", "build.log")
 LOG_TAIL_LINES = 200
@@ -224,15 +224,7 @@ def _label(node: Node) -> tuple[str, str]:
         return (str(attributes.get("anvil.item.nodeid", span.name)).rsplit("::", 1)[-1],
                 str(attributes.get("anvil.item.outcome", "")))
     if span.kind == "client":
-        method = attributes.get("http.request.method_original") or attributes.get(
-            "http.request.method", span.name)
-        target = str(attributes.get("url.path", ""))
-        if attributes.get("url.query"):
-            target += f"?{attributes['url.query']}"
-        code = attributes.get("http.response.status_code")
-        status = str(code) if code is not None else str(
-            attributes.get("error.type", "error")).rsplit(".", 1)[-1]
-        return f"{method} {target}", status
+        return call_label(node)
     return span.name, span.status if span.status != "unset" else ""
 
 
