@@ -5,59 +5,35 @@ gets the verdict EXPECTED.toml gives it, with the mock served by a real fabric."
 from __future__ import annotations
 
 import ast
-import tomllib
 from pathlib import Path
 
 import pytest
 
-from engine import EvaluationFinished, Task, Verdict, load_task
-from engine._mocks import MockFabric
-from tests.conftest import ROOT, run_engine
+from engine import load_task
+from tests.conftest import ROOT
+from tests.engine.examples import (
+    CATEGORIES,
+    check_examples,
+    example_folders,
+    expected_verdicts,
+)
 
 TASK = ROOT / "tasks" / "notify"
 EXAMPLES = ROOT / "examples" / "notify"
 REFERENCES = ("reference", "reference-stdlib")  # FastAPI + urllib; http.server + http.client
-CATEGORIES = {"api_surface", "authorization", "validation", "state", "side_effects",
-              "workflow"}
 
 
 def _expected() -> dict[str, dict[str, object]]:
-    return tomllib.loads((EXAMPLES / "EXPECTED.toml").read_text())
-
-
-async def _run(folders: list[Path], tmp_path: Path, cache_dir: Path, runtime: str
-               ) -> list[EvaluationFinished]:
-    task: Task = load_task(TASK)
-    async with MockFabric() as fabric:
-        results, _, _ = await run_engine([(task, f) for f in folders], tmp_path, cache_dir,
-                                         concurrency=2, runtime=runtime,
-                                         attachments=[fabric.attach])
-        assert fabric.host.running == 0, "every delivery instance stops at its teardown"
-    return results
-
-
-def _check(folders: list[Path], results: list[EvaluationFinished]) -> None:
-    expected = _expected()
-    for folder, result in zip(folders, results, strict=True):
-        want = expected[folder.name]
-        got = {"verdict": result.verdict.value,
-               "phase": result.phase.value if result.phase else None}
-        assert got == {"verdict": want["verdict"], "phase": want.get("phase")}, (
-            f"{folder.name}: {result.reason}")
-        if result.verdict is Verdict.PASS:
-            assert len(result.items) >= 25 and all(i.passed for i in result.items)
-        if result.verdict is Verdict.FAIL and result.phase and result.phase.value == "oracle":
-            failed = sorted({str(i.category) for i in result.items if not i.passed})
-            names = [i.nodeid for i in result.items if not i.passed]
-            assert failed == want["categories"], f"{folder.name}: {names}"
+    return expected_verdicts(EXAMPLES)
 
 
 async def test_every_notify_example_gets_its_expected_verdict(tmp_path: Path,
                                                               cache_dir: Path) -> None:
-    folders = sorted(p for p in EXAMPLES.iterdir() if p.is_dir())
+    folders = example_folders(EXAMPLES)
     assert {p.name for p in folders} == set(_expected()), "every example has a verdict"
     assert set(REFERENCES) <= {p.name for p in folders} and len(folders) >= 10
-    _check(folders, await _run(folders, tmp_path, cache_dir, "process"))
+    await check_examples(TASK, EXAMPLES, folders, tmp_path, cache_dir,
+                         passing_items=25)
 
 
 async def test_every_notify_example_gets_its_expected_verdict_on_docker(
@@ -65,8 +41,8 @@ async def test_every_notify_example_gets_its_expected_verdict_on_docker(
 ) -> None:
     # each container reaches its own instance through the host alias, the oracle from the
     # host; a variant that never calls the mock shows the oracle really reads that instance
-    folders = sorted(p for p in EXAMPLES.iterdir() if p.is_dir())
-    _check(folders, await _run(folders, tmp_path, cache_dir, "docker"))
+    await check_examples(TASK, EXAMPLES, example_folders(EXAMPLES), tmp_path, cache_dir,
+                         "docker", passing_items=25)
 
 
 def test_the_reference_is_the_tasks_own() -> None:
