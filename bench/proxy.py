@@ -27,8 +27,9 @@ from pathlib import Path
 import anyio
 from opentelemetry.trace import SpanKind
 
-from engine._proxy import TraceRecorder, serve_proxy
+from engine._proxy import serve_proxy
 from engine._store import Store
+from engine._tracing import TraceRecorder
 from telemetry import Capture, client_attributes, set_response
 
 ROOT = Path(__file__).resolve().parent.parent

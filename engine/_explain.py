@@ -11,10 +11,11 @@ assertion message and traceback). The first rule that fits wins:
 2. a wrong status: the assertion compares a status code (``assert 404 == 200``,
    ``expected 403, got 200``), checked against the item's last call;
 3. a mock call: the failing line reads a mock's journal (``service_calls``,
-   ``.journal(``, ``.requests(``) and finds none (a required call is missing), or it
-   inspects a journaled call's body (``call["body"]``, ``body_of(``) and the assertion
-   rejects it (the payload is wrong). The journal itself is the mock's, not stored
-   with the run: the traceback's failing line is the evidence;
+   ``.journal(``, ``.requests(``) and finds none (a required call is missing: the line
+   says what the mock did receive during the item), or it inspects a journaled call's
+   body (``call["body"]``, ``body_of(``) and the assertion rejects it (the payload is
+   wrong: the line quotes the body the service sent). What the mocks received is in
+   the trace: each call the service made to a mock is a span under the item;
 4. a response shape violation: a call of the item broke the task's contract;
 5. the service dropped a call (no answer at all);
 6. otherwise the assertion itself, with the item's last call for context.
@@ -23,7 +24,7 @@ assertion message and traceback). The first rule that fits wins:
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -74,8 +75,11 @@ def explain(spans: Sequence[SpanRecord], items: Iterable[FailedItem]) -> list[Ex
 
     ``spans`` are the evaluation's stored spans; only its latest attempt's are read.
     """
-    calls = _calls_by_item(_latest(spans))
-    return [_explain(item, calls.get(item.nodeid, [])) for item in items]
+    latest = _latest(spans)
+    calls = _calls_by_item(latest, lambda s: s.kind == "client")
+    mocked = _calls_by_item(latest, lambda s: "anvil.mock.instance" in s.attributes_dict())
+    return [_explain(item, calls.get(item.nodeid, []), mocked.get(item.nodeid, []))
+            for item in items]
 
 
 @dataclass(frozen=True)
@@ -109,14 +113,15 @@ def _latest(spans: Sequence[SpanRecord]) -> list[SpanRecord]:
     return [s for s in spans if s.trace_id == trace_id]
 
 
-def _calls_by_item(spans: Sequence[SpanRecord]) -> dict[str, list[SpanRecord]]:
-    """Each item's HTTP calls (the client spans anywhere under its span), earliest first."""
+def _calls_by_item(spans: Sequence[SpanRecord],
+                   pick: Callable[[SpanRecord], bool]) -> dict[str, list[SpanRecord]]:
+    """Each item's spans that ``pick`` chooses, anywhere under its span, earliest first."""
     items = {s.span_id: str(s.attributes_dict()["anvil.item.nodeid"]) for s in spans
              if "anvil.item.nodeid" in s.attributes_dict()}
     parents = {s.span_id: s.parent_id for s in spans}
     found: dict[str, list[SpanRecord]] = {}
     for span in spans:
-        if span.kind != "client":
+        if not pick(span):
             continue
         at: str | None = span.parent_id
         while at is not None and at not in items:
@@ -128,7 +133,8 @@ def _calls_by_item(spans: Sequence[SpanRecord]) -> dict[str, list[SpanRecord]]:
     return found
 
 
-def _explain(item: FailedItem, calls: list[SpanRecord]) -> Explanation:
+def _explain(item: FailedItem, calls: list[SpanRecord],
+             mocked: list[SpanRecord]) -> Explanation:
     text = f"{item.message}\n{item.traceback}"
     last = calls[-1] if calls else None
 
@@ -147,7 +153,7 @@ def _explain(item: FailedItem, calls: list[SpanRecord]) -> Explanation:
     status = _wrong_status(item.message, last)
     if status is not None:
         return said("status", status)
-    mock = _mock(item, text)
+    mock = _mock(item, text, mocked)
     if mock is not None:
         return mock
     shapes = [(s, v) for s in calls for v in _violations(s, "response")]
@@ -190,22 +196,44 @@ def _wrong_status(message: str, last: SpanRecord | None) -> str | None:
     return f"wrong status: expected {expected}, got {got}{call}"
 
 
-def _mock(item: FailedItem, text: str) -> Explanation | None:
+def _mock(item: FailedItem, text: str, mocked: list[SpanRecord]) -> Explanation | None:
     """A failure at a line that reads a mock's journal (none found: a call is missing), or
-    that inspects a journaled call's body (its payload is wrong)."""
+    that inspects a journaled call's body (its payload is wrong). ``mocked``: the calls
+    the mocks received during the item."""
     source = [ln for ln in item.traceback.splitlines()
               if ln.strip() and not ln.startswith("E ") and not ln.lstrip().startswith("^")]
     failing = source[-1] if source else ""
     read = _MOCK_READ.search(failing)
+    route = _MOCK_ROUTE.search(read.group(2)) if read is not None else None
     if read is not None and _NONE_FOUND.search(text):
-        route = _MOCK_ROUTE.search(read.group(2))
         what = f"{route.group(1)} {route.group(2)}" if route else "the expected call"
+        got = ", ".join(f"{_mock_call(s)} → {_status(s)}" for s in mocked[:3])
+        more = f" (+{len(mocked) - 3} more)" if len(mocked) > 3 else ""
+        received = f"it received {got}{more}" if got else "the mocks received no call"
         return Explanation(item.nodeid, "mock_missing", _clip(
-            f"required mock call missing: no {what} in the mock's journal for this item"))
+            f"required mock call missing: no {what} during this item; {received}"))
     if read is not None or _MOCK_BODY.search(failing):
+        sent = ""
+        if route is not None:
+            matching = [s for s in mocked if _call(s) == f"{route.group(1)} {route.group(2)}"]
+        else:
+            matching = [s for s in mocked if s.attributes_dict().get(
+                "http.request.method") != "GET"] or mocked
+        if matching:
+            body = _body(matching[-1], "http.request")
+            sent = f"{_mock_call(matching[-1])} sent {body or 'no body'}: "
         return Explanation(item.nodeid, "mock_payload", _clip(
-            f"mock call with the wrong payload: {_first(_assertion(item.message))}"))
+            f"mock call with the wrong payload: {sent}{_first(_assertion(item.message))}"))
     return None
+
+
+def _mock_call(span: SpanRecord) -> str:
+    return f"{span.attributes_dict().get('anvil.mock.instance', 'mock')} ← {_call(span)}"
+
+
+def _body(span: SpanRecord, event: str) -> str:
+    return next((" ".join(str(e["attributes"].get("anvil.body", "")).split())[:120]
+                 for e in span.events_list() if e["name"] == event), "")
 
 
 def _assertion(message: str) -> str:

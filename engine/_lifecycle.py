@@ -23,6 +23,8 @@ from typing import Protocol, TypeVar
 import aiohttp
 import anyio
 
+from telemetry import PEER, client_tracing
+
 from ._errors import (
     AnvilError,
     CandidateFailure,
@@ -60,6 +62,7 @@ T = TypeVar("T")
 
 DEFAULT_LOG_CAP = 2 * 1024 * 1024
 _HARNESS_PHASES = (Phase.STARTUP, Phase.WIRING)  # a deadline there is anvil's, not the service's
+PROBE = "anvil.probe"  # the span attribute that marks a health probe
 
 
 @dataclass(frozen=True)
@@ -126,6 +129,11 @@ class Attachment(Protocol):
     # Optional: ``async def oracle_finished(self) -> None``, called once the oracle ran to
     # its end; raising a HarnessError there makes the verdict anvil's ``error`` (the
     # recording proxy does when it could not relay a call).
+    #
+    # Optional: ``def phase(self, phase: Phase) -> AbstractAsyncContextManager[None]``,
+    # entered around each phase, in the evaluation's task: what it sets in context
+    # variables holds for the phase's work (the trace's phase span does), and a failure
+    # of the phase passes through it. Its exit must not raise.
 
 
 AttachmentFactory = Callable[["Evaluation"], Attachment | None]
@@ -219,7 +227,12 @@ class Lifecycle:
         ok, notes = False, list[str]()
         message = ""
         try:
-            yield notes
+            async with AsyncExitStack() as hooks:
+                for attachment in self.attachments:
+                    around = getattr(attachment, "phase", None)
+                    if around is not None:
+                        await hooks.enter_async_context(around(phase))
+                yield notes
             ok = True
             message = "; ".join(notes)
         except TimeoutError:
@@ -454,7 +467,8 @@ class HealthProbe:
     async def until_answer(self, base_url: str) -> int:
         """Probe until an acceptable answer and return its status; the caller sets the deadline."""
         timeout = aiohttp.ClientTimeout(total=2)
-        async with aiohttp.ClientSession(timeout=timeout) as session:
+        tracing = client_tracing(**{PEER: "service", PROBE: "health"})
+        async with aiohttp.ClientSession(timeout=timeout, trace_configs=[tracing]) as session:
             while True:
                 for path in self.paths:
                     try:

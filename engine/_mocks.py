@@ -15,16 +15,26 @@ answers or startup raises (``error``: the harness's fault, never the candidate's
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
 from types import TracebackType
 
 import aiohttp
 
-from mocks import Hosted, MockHost, MockHostError, MockNotInstalled, available, load_mock
+from mocks import (
+    Hosted,
+    MockHost,
+    MockHostError,
+    MockNotInstalled,
+    ProviderCall,
+    available,
+    load_mock,
+)
 from mocks._registry import install_hint
+from telemetry import PEER, client_tracing
 
 from ._errors import HarnessError, Unsupported
 from ._lifecycle import Evaluation
@@ -76,6 +86,9 @@ class MockFabric:
 
     def __init__(self) -> None:
         self.host = MockHost()
+        #: Given an evaluation, what to tell of each call its service makes to a mock
+        #: (``observe(kind, call)``); anvil's tracing sets it (see ``engine._tracing``).
+        self.observer: Callable[[Evaluation], Callable[[str, ProviderCall], None]] | None = None
 
     async def __aenter__(self) -> MockFabric:
         await self.host.__aenter__()
@@ -89,15 +102,18 @@ class MockFabric:
         """The attachment factory: None for a task without mocks."""
         if not evaluation.task.config.mocks:
             return None
-        return MockAttachment(self.host, evaluation)
+        observe = self.observer(evaluation) if self.observer is not None else None
+        return MockAttachment(self.host, evaluation, observe)
 
 
 class MockAttachment:
     """One evaluation's mock instances (see the module docstring)."""
 
-    def __init__(self, host: MockHost, evaluation: Evaluation) -> None:
+    def __init__(self, host: MockHost, evaluation: Evaluation,
+                 observe: Callable[[str, ProviderCall], None] | None = None) -> None:
         self.host = host
         self.evaluation = evaluation
+        self.observe = observe
         self.mocks = list(evaluation.task.config.mocks)
         installed = available()
         self.provides = frozenset(m.kind for m in self.mocks if m.kind in installed)
@@ -127,6 +143,8 @@ class MockAttachment:
             except Exception as exc:  # a bug in the mock's own set-up: retrying cannot help
                 raise Unsupported(f"mock {config.kind!r} does not start: {exc!r}") from exc
             stack.push_async_callback(self.host.stop, hosted)
+            if self.observe is not None:
+                hosted.app.on_call = functools.partial(self.observe, config.kind)
             self.hosted.append((config, name, hosted))
             env[config.env] = runtime.reachable_url(hosted.url)
         return env
@@ -140,7 +158,8 @@ class MockAttachment:
         env: dict[str, str] = {}
         described = []
         timeout = aiohttp.ClientTimeout(total=5)
-        async with aiohttp.ClientSession(timeout=timeout) as session:
+        tracing = client_tracing(**{PEER: "mock"})
+        async with aiohttp.ClientSession(timeout=timeout, trace_configs=[tracing]) as session:
             for config, name, hosted in self.hosted:
                 url = f"{hosted.url}/__mock__/clock"
                 try:

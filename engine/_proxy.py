@@ -32,7 +32,7 @@ Whose fault a failed call is:
   connection closes, and the span records ``error.type``;
 * anvil's (the proxy cannot open a socket: too many open files, no free port; a bug
   in the proxy): the call is answered ``502`` with ``X-Anvil-Proxy-Fault``, the fault
-  is kept in :attr:`Proxy.faults` and :meth:`RecordingProxy.check` raises
+  is kept in :attr:`Proxy.faults` and :meth:`engine._tracing.EvaluationTrace.check` raises
   :class:`ProxyFault`, a transient :class:`HarnessError`: the verdict is ``error``
   (retried), never the candidate's ``fail``.
 """
@@ -40,15 +40,13 @@ Whose fault a failed call is:
 from __future__ import annotations
 
 import errno
-import json
 import logging
 import math
 import queue
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import AsyncExitStack, asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -69,21 +67,16 @@ from telemetry import (
     CallRecord,
     Capture,
     Contract,
-    SpanData,
     TraceParent,
     Tracing,
     client_attributes,
     client_span_name,
-    derived_span_id,
     error_type,
     set_error,
     set_response,
 )
 
 from ._errors import HarnessError
-from ._lifecycle import AttachmentFactory, Evaluation
-from ._store import Store
-from .types import Runtime
 
 log = logging.getLogger("anvil.engine")
 
@@ -479,194 +472,3 @@ async def serve_proxy(
 async def _shielded(close: Callable[[], Any]) -> None:
     with anyio.CancelScope(shield=True):
         await close()
-
-
-# -- one evaluation's recording proxy, and every evaluation's traces ---------------------
-
-
-class RecordingProxy:
-    """The :class:`~engine._lifecycle.Attachment` that puts a :class:`Proxy` in front of
-    the service and makes the evaluation's trace.
-
-    At startup it opens the evaluation's root span; at wiring it starts the proxy and
-    hands the oracle the trace (``ANVIL_TRACEPARENT``) and a file for its item spans
-    (``ANVIL_SPANS``); at teardown it closes the proxy, exports the item spans and the
-    root, and flushes: once the evaluation has its verdict, its trace is in the store.
-    """
-
-    provides: frozenset[str] = frozenset()
-
-    def __init__(self, evaluation: Evaluation, recorder: TraceRecorder) -> None:
-        self.evaluation = evaluation
-        self.recorder = recorder
-        self.proxy: Proxy | None = None
-        self.trace_id = ""
-        self.root_id = ""
-        self.spans_path = evaluation.workdir / "oracle-spans.jsonl"
-        self._root: Span | None = None
-
-    async def startup(self, stack: AsyncExitStack, runtime: Runtime) -> Mapping[str, str]:
-        ev = self.evaluation
-        self._root = self.recorder.tracing.tracer.start_span("evaluation", attributes={
-            "anvil.run.id": ev.run_id, "anvil.evaluation.id": ev.evaluation_id,
-            "anvil.task": ev.task.id, "anvil.submission": str(ev.submission),
-        })
-        context = self._root.get_span_context()
-        self.trace_id, self.root_id = f"{context.trace_id:032x}", f"{context.span_id:016x}"
-        self.recorder.register(self.trace_id, ev.evaluation_id)
-        stack.push_async_callback(self._finish)
-        return {}
-
-    async def wiring(self, stack: AsyncExitStack, base_url: str) -> tuple[str, dict[str, str]]:
-        self.spans_path.unlink(missing_ok=True)  # an earlier attempt's
-        contract = await self.recorder.contract(self.evaluation.task.root / "openapi.yaml")
-        self.proxy = await stack.enter_async_context(serve_proxy(
-            base_url, self.recorder.tracing, self.recorder.capture,
-            trace_id=self.trace_id or None, parent_id=self.root_id or None, contract=contract,
-        ))
-        env = {"ANVIL_SPANS": str(self.spans_path)}
-        if self.trace_id:
-            env["ANVIL_TRACEPARENT"] = TraceParent(self.trace_id, self.root_id).header()
-        return self.proxy.url, env
-
-    async def item_started(self, nodeid: str) -> None:
-        if self.proxy is not None and self.trace_id:
-            self.proxy.parent_id = derived_span_id(self.trace_id, nodeid)
-
-    def check(self) -> None:
-        """Raise :class:`ProxyFault` when the proxy failed a call through its own fault.
-
-        Raises:
-            ProxyFault: the calls it failed (the verdict is anvil's ``error``).
-        """
-        if self.proxy is not None and self.proxy.faults:
-            more = len(self.proxy.faults) - 1
-            raise ProxyFault(f"recording proxy fault: {self.proxy.faults[0]}"
-                             + (f" (and {more} more)" if more else ""))
-
-    async def oracle_finished(self) -> None:
-        """The oracle ended: its calls are checked against the contract from now on (while
-        teardown goes on); a proxy fault during it makes the verdict ``error``."""
-        if self.proxy is not None and self.proxy.checker is not None:
-            self.proxy.checker.start()  # the proxy's close waits for it (teardown)
-        self.check()
-
-    async def _finish(self) -> None:
-        """Export the items' spans and the root, then flush (teardown: shielded)."""
-        if self._root is None:
-            return
-        items = await anyio.to_thread.run_sync(_read_spans, self.spans_path, self.trace_id)
-        self.recorder.tracing.replay(items)
-        if self.proxy is not None:
-            self._root.set_attribute("anvil.proxy.calls", self.proxy.calls)
-            if self.proxy.contract is not None:
-                self._root.set_attributes({
-                    "anvil.contract.checked": self.proxy.checked,
-                    "anvil.contract.violations": self.proxy.violations,
-                    "anvil.contract.check_us": (self.proxy.checker.check_ns // 1000
-                                                if self.proxy.checker else 0),
-                    "anvil.contract.unchecked": (self.proxy.checker.unchecked
-                                                 if self.proxy.checker else 0),
-                })
-            if self.proxy.faults:
-                self._root.set_attribute("anvil.proxy.faults", self.proxy.faults[:20])
-        self._root.end()
-        await anyio.to_thread.run_sync(self.recorder.flush)
-        self.recorder.forget(self.trace_id)
-
-
-def _read_spans(path: Path, trace_id: str) -> list[SpanData]:
-    """The item spans the oracle process wrote (this attempt's only)."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        return []
-    spans = []
-    for line in lines:
-        try:
-            span = SpanData.from_dict(json.loads(line))
-        except ValueError:  # a line cut short by a killed oracle (JSONDecodeError too)
-            continue
-        if span.trace_id == trace_id:
-            spans.append(span)
-    return spans
-
-
-class TraceRecorder:
-    """Traces evaluations into the store: :meth:`attach` is the attachment factory.
-
-    One OpenTelemetry pipeline for the whole run; each span goes to its evaluation's
-    rows (the trace id says which evaluation, attempt by attempt).
-    """
-
-    def __init__(self, store: Store, capture: Capture | None = None, **tracing: Any) -> None:
-        self.store = store
-        self.capture = capture or Capture()
-        self._evaluations: dict[str, str] = {}  # trace id -> evaluation id
-        self.unattributed = 0
-        self.tracing = Tracing(self._sink, **tracing)
-        self._contracts: dict[Path, Contract | None] = {}
-        self._contract_lock = anyio.Lock()
-
-    async def contract(self, path: Path) -> Contract | None:
-        """The contract in ``path``, built once per run (building one takes tens of ms;
-        checking a call with it, well under one)."""
-        async with self._contract_lock:
-            if path not in self._contracts:
-                self._contracts[path] = await anyio.to_thread.run_sync(Contract.load, path)
-            return self._contracts[path]
-
-    def attach(self, evaluation: Evaluation) -> RecordingProxy:
-        return RecordingProxy(evaluation, self)
-
-    def register(self, trace_id: str, evaluation_id: str) -> None:
-        self._evaluations[trace_id] = evaluation_id
-
-    def forget(self, trace_id: str) -> None:
-        self._evaluations.pop(trace_id, None)
-
-    def flush(self) -> None:
-        """Export every span ended so far (blocks: call it from a worker thread)."""
-        if not self.tracing.flush(timeout_s=10):
-            log.warning("spans not all exported within 10s")
-
-    def _sink(self, spans: Sequence[SpanData]) -> None:
-        rows = []
-        for span in spans:
-            evaluation_id = self._evaluations.get(span.trace_id)
-            if evaluation_id is None:
-                self.unattributed += 1
-                continue
-            rows.append(span_row(evaluation_id, span))
-        self.store.write_spans(rows)
-
-    async def aclose(self) -> None:
-        await anyio.to_thread.run_sync(self.tracing.shutdown)
-
-    async def __aenter__(self) -> TraceRecorder:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        with anyio.CancelScope(shield=True):
-            await self.aclose()
-
-
-def span_row(evaluation_id: str, span: SpanData) -> dict[str, Any]:
-    """A span as the columns of its :class:`SpanRecord` row."""
-    return {
-        "evaluation_id": evaluation_id, "span_id": span.span_id, "trace_id": span.trace_id,
-        "parent_id": span.parent_id, "name": span.name, "kind": span.kind,
-        "start_ns": span.start_ns, "end_ns": span.end_ns, "status": span.status,
-        "status_message": span.status_message, "attributes": json.dumps(span.attributes),
-        "events": json.dumps([{"name": e.name, "ts_ns": e.ts_ns, "attributes": e.attributes}
-                              for e in span.events]),
-    }
-
-
-def default_attachments(store: Store) -> list[AttachmentFactory]:
-    """What every evaluation gets from this module: the recording proxy, spans to ``store``.
-
-    The proxy goes last among a run's attachments: the oracle's BASE_URL is the last
-    one wiring returns, and the proxy belongs right in front of the service.
-    """
-    return [TraceRecorder(store).attach]

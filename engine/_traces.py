@@ -1,15 +1,18 @@
 """An evaluation's trace, read back from the store: a tree of spans, shown as a terminal
 waterfall (``anvil traces``) or as JSON.
 
-The tree is evaluation → oracle items → HTTP calls. Each line has the span's timing,
-a bar placing it within the evaluation, the status code of a call, the contract
-violations of a call, and under a failed item what its trace shows (see
-:mod:`engine._explain`) and the assertion that failed it.
+The tree is evaluation → phases → oracle items → HTTP calls (see
+:mod:`engine._tracing`). Each line has the span's timing, a bar placing it within
+the evaluation, the status code of a call, the contract violations of a call, and
+under a failed item what its trace shows (see :mod:`engine._explain`) and the
+assertion that failed it. Calls the service made to a mock show as
+``payment ← POST /v1/charges``; repeated identical calls of anvil's own (health
+probes) are one line, ``×N``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,8 +45,22 @@ class Node:
         return "anvil.item.nodeid" in self.attributes
 
     @property
+    def is_phase(self) -> bool:
+        return "anvil.phase" in self.attributes
+
+    @property
+    def is_mock_call(self) -> bool:
+        return "anvil.mock.instance" in self.attributes
+
+    @property
     def failed(self) -> bool:
         return self.span.status == "error"
+
+    def walk(self) -> Iterator[Node]:
+        """This node and every node under it, depth first, earliest first."""
+        yield self
+        for child in self.children:
+            yield from child.walk()
 
     def to_json(self) -> dict[str, Any]:
         s = self.span
@@ -65,6 +82,7 @@ class Trace:
     attempts: int  # traces stored for the evaluation: one per attempt that started
     #: What each failed item's trace shows, by node id (see :mod:`engine._explain`).
     explanations: dict[str, Explanation] = field(default_factory=dict)
+    filtered: bool = False  # :func:`select` kept only some items
 
     def to_json(self) -> dict[str, Any]:
         ev = self.evaluation
@@ -90,7 +108,7 @@ def load_trace(store: Store, evaluation: EvaluationRecord) -> Trace:
     mine = [s for s in spans if s.trace_id == latest.trace_id]
     nodes = {s.span_id: Node(s) for s in mine}
     root = nodes[latest.span_id]
-    for span in mine:
+    for span in sorted(mine, key=lambda s: s.start_ns):
         if span is latest:
             continue
         parent = nodes.get(span.parent_id or "", root)
@@ -100,28 +118,41 @@ def load_trace(store: Store, evaluation: EvaluationRecord) -> Trace:
 
 
 def select(trace: Trace, failed: bool = False, item: str | None = None) -> Trace:
-    """Keep only the failed items and/or the items whose node id is or contains ``item``
-    (everything else under the root goes; the root stays)."""
+    """Keep only the failed items and/or the items whose node id is or contains ``item``,
+    and the spans on the way to them (the root, the oracle phase); the rest goes."""
     if trace.root is None or not (failed or item):
         return trace
 
     def keep(node: Node) -> bool:
-        if not node.is_item:
-            return not failed and item is None
         nodeid = str(node.attributes.get("anvil.item.nodeid", node.span.name))
         if failed and not node.failed:
             return False
         return item is None or item == nodeid or item in nodeid
 
-    kept = [c for c in trace.root.children if keep(c)]
-    return Trace(trace.evaluation, Node(trace.root.span, kept), trace.attempts,
-                 trace.explanations)
+    def prune(node: Node) -> Node | None:
+        if node.is_item:
+            return node if keep(node) else None
+        kept = [p for p in (prune(c) for c in node.children) if p is not None]
+        return Node(node.span, kept) if kept else None
+
+    root = prune(trace.root) or Node(trace.root.span, [])
+    return Trace(trace.evaluation, root, trace.attempts, trace.explanations, filtered=True)
+
+
+def items(trace: Trace) -> list[Node]:
+    """The oracle items' spans, earliest first, wherever they hang."""
+    if trace.root is None:
+        return []
+    return [n for n in trace.root.walk() if n.is_item]
 
 
 def item_ids(trace: Trace) -> list[str]:
-    if trace.root is None:
-        return []
-    return [str(c.attributes["anvil.item.nodeid"]) for c in trace.root.children if c.is_item]
+    return [str(n.attributes["anvil.item.nodeid"]) for n in items(trace)]
+
+
+def find_item(trace: Trace, nodeid: str) -> Node | None:
+    return next((n for n in items(trace) if n.attributes.get("anvil.item.nodeid") == nodeid),
+                None)
 
 
 # -- the terminal waterfall ----------------------------------------------------------------
@@ -150,8 +181,9 @@ def waterfall(trace: Trace, details: bool = False) -> Table:
         table.add_row(Text("no trace recorded for this evaluation (it never reached the "
                            "oracle, or ran before traces were kept)", style="dim"), "", "", "")
         return table
-    # The bars span what happened under the root (the oracle's time), not start-up too.
-    under = [c.span for c in trace.root.children] or [trace.root.span]
+    # The bars span what is shown: the whole evaluation, or the items a filter kept.
+    shown = items(trace) if trace.filtered else trace.root.children
+    under = [n.span for n in shown] or [trace.root.span]
     t0 = min(s.start_ns for s in under)
     t1 = max(max(s.end_ns for s in under), t0 + 1)
     why = {nodeid: e.line for nodeid, e in trace.explanations.items()}
@@ -177,7 +209,7 @@ def _rows(table: Table, node: Node, lead: str, child_lead: str, window: tuple[in
     if node.span.kind == "client":
         notes += [Text(f"✗ contract: {_one_line(_local(v))}", style="yellow")
                   for v in violations(node.span)]
-    if details and node.span.kind == "client":
+    if details and (node.span.kind == "client" or node.is_mock_call):
         for event in node.span.events_list():
             body = str(event["attributes"].get("anvil.body", ""))
             if body:
@@ -189,10 +221,37 @@ def _rows(table: Table, node: Node, lead: str, child_lead: str, window: tuple[in
     for note in notes:
         gutter = child_lead + ("│  " if node.children else "   ")
         table.add_row(Text(gutter, style="dim") + note, "", "", "")
-    for i, child in enumerate(node.children):
-        last = i == len(node.children) - 1
-        _rows(table, child, child_lead + ("└─ " if last else "├─ "),
-              child_lead + ("   " if last else "│  "), window, details, why)
+    runs = _repeats(node.children)
+    for i, (child, times) in enumerate(runs):
+        last = i == len(runs) - 1
+        lead_here = child_lead + ("└─ " if last else "├─ ")
+        below = child_lead + ("   " if last else "│  ")
+        if times > 1:
+            label, status, style = _describe(child)
+            text = Text(lead_here, style="dim")
+            text.append(f"{label} ×{times}", style=style)
+            table.add_row(text, status, "", _bar(child.span, window, style))
+            continue
+        _rows(table, child, lead_here, below, window, details, why)
+
+
+def _repeats(children: list[Node]) -> list[tuple[Node, int]]:
+    """Children with runs of identical calls of anvil's own (health probes: same label,
+    same outcome, nothing under them) folded into their first, with a count."""
+    runs: list[tuple[Node, int]] = []
+    for child in children:
+        if runs and _same_probe(runs[-1][0], child):
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+        else:
+            runs.append((child, 1))
+    return runs
+
+
+def _same_probe(a: Node, b: Node) -> bool:
+    if a.children or b.children or "anvil.probe" not in a.attributes:
+        return False
+    return _describe(a)[:2] == _describe(b)[:2] and a.attributes.get(
+        "anvil.probe") == b.attributes.get("anvil.probe")
 
 
 def _describe(node: Node) -> tuple[str, str, str]:
@@ -207,7 +266,9 @@ def _describe(node: Node) -> tuple[str, str, str]:
         label += f" [{category}]" if category else ""
         style = {"passed": "green", "failed": "red", "error": "red"}.get(outcome, "yellow")
         return label, outcome, style
-    if span.kind == "client":
+    if node.is_phase:
+        return span.name, "failed" if node.failed else "", "bold red" if node.failed else "bold"
+    if span.kind == "client" or node.is_mock_call:
         label, status = call_label(node)
         code = attributes.get("http.response.status_code")
         style = ("red" if code is None or code >= 500 else "green" if code < 400
@@ -218,17 +279,23 @@ def _describe(node: Node) -> tuple[str, str, str]:
 
 def call_label(node: Node) -> tuple[str, str]:
     """``("PUT /items/a?x=1", "200")`` for an HTTP call's span; the status column is the
-    error type when no answer came (``ClientConnectionError``)."""
+    error type when no answer came (``ClientConnectionError``). A call the service made
+    to a mock reads ``payment ← POST /v1/charges``; a Docker API call, ``docker GET ...``."""
     attributes = node.attributes
     method = attributes.get("http.request.method_original") or attributes.get(
         "http.request.method", node.span.name)
     target = str(attributes.get("url.path", ""))
     if attributes.get("url.query"):
         target += f"?{attributes['url.query']}"
+    label = f"{method} {target}"
+    if node.is_mock_call:
+        label = f"{attributes['anvil.mock.instance']} ← {label}"
+    elif attributes.get("anvil.peer") == "docker":
+        label = f"docker {label}"
     code = attributes.get("http.response.status_code")
     if code is None:
-        return f"{method} {target}", str(attributes.get("error.type", "error")).rsplit(".", 1)[-1]
-    return f"{method} {target}", str(code)
+        return label, str(attributes.get("error.type", "error")).rsplit(".", 1)[-1]
+    return label, str(code)
 
 
 def violations(span: SpanRecord, kinds: frozenset[str] | None = None) -> list[str]:

@@ -30,7 +30,7 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Route
 
 from ._store import EvaluationRecord, ItemRecord, RunRecord, Store
-from ._traces import Node, call_label, load_trace
+from ._traces import Node, call_label, find_item, load_trace
 
 LOG_NAMES = ("service.log", "oracle.log", "build.log")
 LOG_TAIL_LINES = 200
@@ -100,10 +100,7 @@ def item_data(store: Store, home: Path, evaluation_id: str, nodeid: str) -> dict
     ev = _evaluation(store, evaluation_id)
     record = next((i for i in store.items([ev.id]) if i.nodeid == nodeid), None)
     trace = load_trace(store, ev)
-    node = None
-    if trace.root is not None:
-        node = next((c for c in trace.root.children
-                     if c.attributes.get("anvil.item.nodeid") == nodeid), None)
+    node = find_item(trace, nodeid)
     if record is None and node is None:
         raise HTTPException(404, f"no item {nodeid!r} in {evaluation_id}")
     spans: list[dict[str, Any]] = []

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from .types import MockContext as MockContext
     from .types import MockService as MockService
     from .types import MockTask as MockTask
+    from .types import ProviderCall as ProviderCall
 
 _WHERE = {
     "Context": "_base",
@@ -53,6 +54,7 @@ _WHERE = {
     "MockContext": "types",
     "MockService": "types",
     "MockTask": "types",
+    "ProviderCall": "types",
 }
 
 __all__ = [
@@ -69,6 +71,7 @@ __all__ = [
     "MockNotInstalled",
     "MockService",
     "MockTask",
+    "ProviderCall",
     "available",
     "check_mock",
     "json_response",

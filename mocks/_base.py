@@ -31,6 +31,7 @@ import hashlib
 import hmac
 import json
 import logging
+import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -43,7 +44,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route, Router
 from starlette.types import Message, Receive, Scope, Send
 
-from .types import MockAdmin, MockService, MockTask
+from .types import MockAdmin, MockService, MockTask, ProviderCall
 
 log = logging.getLogger("anvil.mocks")
 
@@ -316,6 +317,8 @@ class MockApp:
         self.token = token
         self.scenario = scenario
         self.body_limit = body_limit
+        #: Called with each provider call once answered (anvil's tracing sets it).
+        self.on_call: Callable[[ProviderCall], None] | None = None
         self.journal = Journal(journal_entries, journal_bytes)
         self.faults: list[Fault] = []
         self._fault_numbers = 0
@@ -447,6 +450,7 @@ class MockApp:
         return bool(given) and hmac.compare_digest(given, self.token)
 
     async def _provider(self, scope: Scope, receive: Receive, send: Send, path: str) -> None:
+        started = time.time_ns()
         body = await _read_body(receive)
         method = scope["method"]
         fault = self._fault_for(method, path)
@@ -475,6 +479,8 @@ class MockApp:
             self._journal_call(journal, item, scope, path, body, captured, response, fault)
         else:
             journal.record({})  # counted, not kept
+        if self.on_call is not None:
+            self._observe(item, scope, path, body, captured, response, fault, started)
         if fault is not None and fault.drop:
             _abort(send)
             # connection_lost runs now, so the server knows not to answer in our stead
@@ -501,6 +507,25 @@ class MockApp:
             "fault": _fault_name(fault),
         }
         journal.record(entry, item)  # the item running when the call came in
+
+    def _observe(self, item: str | None, scope: Scope, path: str, body: bytes,
+                 captured: _Captured, response: bytes, fault: Fault | None,
+                 started: int) -> None:
+        assert self.on_call is not None
+        dropped = fault is not None and fault.drop
+        call = ProviderCall(
+            instance=self.instance, method=scope["method"], path=path,
+            query=scope.get("query_string", b"").decode("latin-1"),
+            headers=_text_pairs(scope.get("headers", [])), body=body,
+            status=None if dropped else captured.status,
+            response_headers=[] if dropped else _text_pairs(captured.headers),
+            response=None if dropped else response, fault=_fault_name(fault), item=item,
+            start_ns=started, end_ns=time.time_ns(),
+        )
+        try:
+            self.on_call(call)
+        except Exception:  # an observer's bug must not fail the service's call
+            log.exception("mock %s: the call observer failed", self.instance)
 
     # -- admin routes --------------------------------------------------------------------
 
@@ -629,6 +654,10 @@ async def _json_object(request: Request) -> dict[str, Any] | Response:
     if not isinstance(value, dict):
         return json_response({"error": "the body must be a JSON object"}, 400)
     return value
+
+
+def _text_pairs(raw: Sequence[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
+    return [(k.decode("latin-1"), v.decode("latin-1")) for k, v in raw]
 
 
 def _journal_headers(raw: Sequence[tuple[bytes, bytes]]) -> dict[str, str]:

@@ -15,6 +15,7 @@ Determinism rules a mock must follow: ids only from ``ctx.new_id``, time only fr
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from starlette.routing import BaseRoute
@@ -97,3 +98,28 @@ class MockTask(Protocol):
     """
 
     async def run(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class ProviderCall:
+    """One call a service made to a mock's provider API, as the mock saw it: what an
+    observer (``MockApp.on_call``; anvil's tracing) gets once the call is answered.
+
+    Times are wall-clock unix nanoseconds (the mock's virtual clock is in the journal);
+    ``status`` and ``response`` are None when a fault dropped the connection;
+    ``headers`` are raw, secrets included: the observer redacts what it keeps.
+    """
+
+    instance: str
+    method: str
+    path: str
+    query: str
+    headers: Sequence[tuple[str, str]]
+    body: bytes
+    status: int | None
+    response_headers: Sequence[tuple[str, str]]
+    response: bytes | None
+    fault: str | None
+    item: str | None  # the oracle item running when the call came in
+    start_ns: int
+    end_ns: int

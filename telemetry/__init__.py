@@ -7,6 +7,10 @@ records to a sink the caller chooses (the engine's store, a test's list).
 
 from __future__ import annotations
 
+from ._client import PEER as PEER
+from ._client import client_tracing as client_tracing
+from ._client import current_tracer as current_tracer
+from ._client import traced as traced
 from ._contract import DEFAULT_CONTRACT_BODY_LIMIT as DEFAULT_CONTRACT_BODY_LIMIT
 from ._contract import VIOLATION_EVENT as VIOLATION_EVENT
 from ._contract import VIOLATION_KIND as VIOLATION_KIND
@@ -45,6 +49,7 @@ from ._setup import Tracing as Tracing
 from ._setup import otlp_endpoint as otlp_endpoint
 
 __all__ = [
+    "PEER",
     "BODY",
     "BODY_ENCODING",
     "BODY_SIZE",
@@ -71,6 +76,8 @@ __all__ = [
     "Violation",
     "client_attributes",
     "client_span_name",
+    "client_tracing",
+    "current_tracer",
     "derived_span_id",
     "error_type",
     "exception_event",
@@ -81,4 +88,5 @@ __all__ = [
     "set_error",
     "set_response",
     "span_data",
+    "traced",
 ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from opentelemetry.sdk.resources import Resource
@@ -56,6 +56,10 @@ class SpanData:
     status_message: str = ""
     attributes: dict[str, Any] = field(default_factory=dict)
     events: tuple[SpanEvent, ...] = ()
+
+    def under(self, parent_id: str) -> SpanData:
+        """This span moved under another parent (same trace)."""
+        return replace(self, parent_id=parent_id)
 
     def to_dict(self) -> dict[str, Any]:
         return {

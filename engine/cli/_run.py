@@ -22,7 +22,6 @@ from .._errors import AnvilError, InputError
 from .._events import EvaluationFinished
 from .._explain import explain
 from .._mocks import MockFabric
-from .._proxy import default_attachments
 from .._reaper import marked_processes, reap_orphans
 from .._run import Planned, Runner, RunSettings, evaluate_once, plan
 from .._store import EvaluationRecord, Store
@@ -34,6 +33,7 @@ from .._subscribers import (
     progress_display,
 )
 from .._task import load_task
+from .._tracing import default_attachments
 from ..runtimes import make_runtime
 from ..types import Verdict
 from ._app import (
@@ -130,9 +130,9 @@ async def _run(
         "concurrency": concurrency,
     })
     async with runtime, MockFabric() as fabric:
-        # Each evaluation's own mock instances, then the recording proxy: it wires last,
-        # so the oracle's BASE_URL is the proxy right in front of the service.
-        settings.attachments = [fabric.attach, *default_attachments(store)]
+        # Each evaluation's own mock instances (their calls traced), then its trace and
+        # recording proxy: it wires last, so BASE_URL is the proxy in front of the service.
+        settings.attachments = default_attachments(store, fabric)
         runner = Runner(store, runtime, settings)
         run_id = resume or await runner.start(planned)
         subscribers = [

@@ -15,7 +15,7 @@ import yaml
 
 from engine import Store, Task, Verdict
 from engine._explain import explain, explain_trace
-from engine._proxy import default_attachments
+from engine._tracing import default_attachments
 from tests.conftest import FIXTURES, MakeSubmission, run_engine
 from tests.engine.test_cli import anvil
 
@@ -190,7 +190,8 @@ def test_each_failed_item_gets_the_line_its_trace_shows(
         "test_shape": ("contract", "response shape violation: response to GET /messages: "
                                    "'date' missing from item 0"),
         "test_mock_missing": ("mock_missing", "required mock call missing: no POST "
-                                              "/v1/echoes in the mock's journal for this item"),
+                                              "/v1/echoes during this item; the mocks "
+                                              "received no call"),
         "test_mock_payload": ("mock_payload", found["test_mock_payload"][1]),
         "test_dropped": ("dropped", found["test_dropped"][1]),
         "test_refused": ("harness", "harness-side fault: connection refused reaching the "
@@ -202,8 +203,9 @@ def test_each_failed_item_gets_the_line_its_trace_shows(
     from_spans = explain_trace(store.spans(evaluation_id))
     assert {e.nodeid.split("::")[1]: (e.kind, e.line) for e in from_spans} == found
     payload = found["test_mock_payload"][1]
-    assert payload == ("mock call with the wrong payload: assert {'text': 'HI'} == "
-                       "{'text': 'hi'}"), payload
+    # the body the service sent, from the mock call's span under the item
+    assert payload == ('mock call with the wrong payload: echo ← POST /v1/echoes sent '
+                       '{"text": "HI"}: assert {\'text\': \'HI\'} == {\'text\': \'hi\'}'), payload
     assert found["test_dropped"][1].startswith(
         "the service answered nothing to GET /drop: "), found["test_dropped"]
 

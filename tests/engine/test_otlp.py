@@ -22,8 +22,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (  # type: 
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue  # type: ignore[import-untyped]
 
-from engine import Store, Task, Verdict
-from engine._proxy import TraceRecorder
+from engine import Phase, Store, Task, Verdict
+from engine._tracing import TraceRecorder
 from tests.conftest import MakeSubmission, run_engine
 from tests.engine.test_cli import anvil
 
@@ -95,17 +95,23 @@ async def test_a_real_evaluations_spans_reach_an_otlp_receiver_and_the_export_fi
             got = _spans(received)
     assert result.verdict is Verdict.FAIL
     stored = {s.span_id: s for s in store.spans(result.evaluation_id)}
-    assert set(got) == set(stored) and len(stored) == 10  # root, 4 items, 5 calls
+    assert set(got) == set(stored)
     for span_id, span in got.items():
         assert span["trace_id"] == stored[span_id].trace_id
         assert span["parent_id"] == stored[span_id].parent_id
         assert span["name"] == stored[span_id].name and span["service"] == "anvil"
     (root,) = [i for i, s in got.items() if s["parent_id"] is None]
-    items = {i: s for i, s in got.items() if s["parent_id"] == root}
+    phases = {s["name"]: i for i, s in got.items() if s["parent_id"] == root}
+    assert sorted(phases) == sorted(p.value for p in Phase)
+    items = {i: s for i, s in got.items() if s["parent_id"] == phases["oracle"]}
     assert sorted(s["attributes"]["anvil.item.nodeid"].split("::")[1] for s in items.values()) \
         == ["test_health", "test_put_then_get", "test_slow_answers", "test_unknown_is_404"]
-    calls = [s for s in got.values() if s["kind"] == 3]  # SPAN_KIND_CLIENT
+    clients = [s for s in got.values() if s["kind"] == 3]  # SPAN_KIND_CLIENT
+    probes = [s for s in clients if s["attributes"].get("anvil.probe") == "health"]
+    assert probes and all(p["parent_id"] == phases["health"] for p in probes)
+    calls = [s for s in clients if s not in probes]
     assert len(calls) == 5 and all(c["parent_id"] in items for c in calls)
+    assert len(stored) == 1 + len(phases) + len(items) + len(calls) + len(probes)
     for call in calls:  # the stable HTTP semantic conventions
         attributes = call["attributes"]
         assert attributes["http.request.method"] in ("GET", "PUT")
@@ -118,7 +124,7 @@ async def test_a_real_evaluations_spans_reach_an_otlp_receiver_and_the_export_fi
     done = anvil("traces", result.evaluation_id, "--export", "otlp-json", str(bundle_file),
                  home=tmp_path, cache=cache_dir)
     assert done.returncode == 0, done.stderr
-    assert "wrote 10 spans (otlp-json)" in done.stderr
+    assert f"wrote {len(stored)} spans (otlp-json)" in done.stderr
     bundle = json.loads(bundle_file.read_text())
     first = bundle["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
     assert len(first["traceId"]) == 32 and len(first["spanId"]) == 16  # OTLP/JSON: hex ids

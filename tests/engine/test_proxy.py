@@ -32,16 +32,9 @@ from anyio.abc import SocketAttribute, SocketStream
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine import Store, Task, Verdict, load_task
-from engine._proxy import (
-    FAULT_HEADER,
-    HOP_BY_HOP,
-    Proxy,
-    RecordingProxy,
-    TraceRecorder,
-    default_attachments,
-    serve_proxy,
-)
+from engine import Phase, Store, Task, Verdict, load_task
+from engine._proxy import FAULT_HEADER, HOP_BY_HOP, Proxy, serve_proxy
+from engine._tracing import EvaluationTrace, TraceRecorder, default_attachments
 from telemetry import REDACTED, SpanData, TraceParent, Tracing, derived_span_id
 from tests.conftest import FIXTURES, ROOT, MakeSubmission, run_engine
 
@@ -579,9 +572,9 @@ async def test_every_call_of_an_evaluation_is_one_span_under_its_item(
     traced_task: Task, make_submission: MakeSubmission, tmp_path: Path, cache_dir: Path,
 ) -> None:
     store = Store(f"sqlite:///{tmp_path / 'anvil.db'}")
-    proxies: list[RecordingProxy] = []
+    proxies: list[EvaluationTrace] = []
     async with TraceRecorder(store) as recorder:
-        def attach(ev: Any) -> RecordingProxy:
+        def attach(ev: Any) -> EvaluationTrace:
             proxies.append(recorder.attach(ev))
             return proxies[-1]
 
@@ -593,10 +586,22 @@ async def test_every_call_of_an_evaluation_is_one_span_under_its_item(
     spans = store.spans(result.evaluation_id)
     (root,) = [s for s in spans if s.parent_id is None]
     assert root.name == "evaluation" and {s.trace_id for s in spans} == {root.trace_id}
+    # evaluation -> its phases, one after the other, within it
+    phases = sorted((s for s in spans if s.parent_id == root.span_id), key=lambda s: s.start_ns)
+    assert [p.name for p in phases] == [p.value for p in Phase]
+    assert root.start_ns <= phases[0].start_ns and phases[-1].end_ns <= root.end_ns
+    assert all(a.end_ns <= b.start_ns for a, b in zip(phases, phases[1:], strict=False))
+    by_phase = {p.name: p for p in phases}
+    # health -> the probes anvil sent until the service answered
+    probes = [s for s in spans if s.attributes_dict().get("anvil.probe") == "health"]
+    assert probes and all(p.parent_id == by_phase["health"].span_id for p in probes)
+    assert probes[-1].attributes_dict()["http.response.status_code"] == 200
+    # oracle -> items -> the calls each item sent through the proxy
     items = {s.name.rsplit("::", 1)[1]: s for s in spans if s.kind == "internal"
-             and s.parent_id == root.span_id}
+             and s.parent_id == by_phase["oracle"].span_id}
     assert set(items) == set(EXPECTED_CALLS)
-    http_spans = [s for s in spans if s.kind == "client"]
+    http_spans = [s for s in spans if s.kind == "client"
+                  and "anvil.peer" not in s.attributes_dict()]
     assert len(http_spans) == sum(EXPECTED_CALLS.values())  # each call exactly once
     for name, item in items.items():
         assert item.span_id == derived_span_id(root.trace_id, item.name)
@@ -621,7 +626,7 @@ def test_default_attachments_make_a_recording_proxy(tiny_task: Task, tmp_path: P
     store = Store(f"sqlite:///{tmp_path / 'a.db'}")
     (factory,) = default_attachments(store)
     attached = factory(Evaluation("r", "r.0", tiny_task, tmp_path, tmp_path))
-    assert isinstance(attached, RecordingProxy) and attached.provides == frozenset()
+    assert isinstance(attached, EvaluationTrace) and attached.provides == frozenset()
 
 
 async def test_examples_keep_their_expected_verdicts_through_the_proxy(

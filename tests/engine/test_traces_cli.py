@@ -51,6 +51,15 @@ def test_the_waterfall_shows_every_item_and_each_call_once(
     out = done.stdout
     assert evaluation_id in out and "FAIL at oracle" in out
     lines = out.splitlines()
+    # evaluation -> its six phases in order; the health probes under health
+    phases = [i for i, line in enumerate(lines)
+              if re.search(r"^[├└]─ (build|startup|health|wiring|oracle|teardown) ", line)]
+    assert [lines[i].split()[1] for i in phases] == [
+        "build", "startup", "health", "wiring", "oracle", "teardown"]
+    health, wiring, oracle, teardown = phases[2:]
+    assert any(re.search(r"└─ GET /health( ×\d+)? +200", line)
+               for line in lines[health + 1 : wiring])
+    lines = lines[oracle:teardown]
     calls = [line for line in lines if re.search(r"[├└]─ (GET|PUT) /", line)]
     assert len(calls) == sum(len(c) for c in CALLS.values())  # each call once, no more
     starts = [i for i, line in enumerate(lines) if "test_tiny.py::" in line] + [len(lines)]
@@ -84,7 +93,9 @@ def test_json_of_one_item_is_the_span_tree(recorded: tuple[Path, str, str],
     assert done.returncode == 0, done.stderr
     trace = json.loads(done.stdout)
     assert trace["evaluation_id"] == evaluation_id and trace["verdict"] == "fail"
-    (item,) = trace["root"]["children"]
+    (oracle,) = trace["root"]["children"]  # the filter keeps the path to the item
+    assert oracle["name"] == "oracle" and oracle["attributes"]["anvil.phase"] == "oracle"
+    (item,) = oracle["children"]
     assert item["name"].endswith("::test_unknown_is_404") and item["status"] == "unset"
     (call,) = item["children"]
     assert call["kind"] == "client" and call["parent_id"] == item["span_id"]

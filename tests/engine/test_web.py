@@ -25,7 +25,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from engine import Store, load_task
-from engine._proxy import default_attachments
+from engine._tracing import default_attachments
 from engine._web import create_app, is_loopback
 from tests.conftest import FIXTURES, ROOT, run_engine
 

@@ -17,6 +17,8 @@ import aiohttp
 import anyio
 from aiodocker.exceptions import DockerError
 
+from telemetry import PEER, client_tracing
+
 from ..._errors import HarnessError, RuntimeUnavailable
 
 T = TypeVar("T")
@@ -28,6 +30,7 @@ RUN_LABEL = "anvil.run"
 CONTEXT_LABEL = "anvil.context"
 SCOPE_LABEL = "anvil.scope"
 SCOPE_ENV = "ANVIL_SCOPE"
+UNIX_PREFIX = "unix://"
 
 
 def current_scope() -> str | None:
@@ -75,7 +78,7 @@ async def docker_client(answer_within: float = 3.0) -> aiodocker.Docker:
         paths = ", ".join(str(p) for p in SOCKET_PATHS)
         raise RuntimeUnavailable(f"no Docker here (DOCKER_HOST unset, no socket at {paths})")
     try:
-        client = aiodocker.Docker(url=host)
+        client = _open(host)
     except (ValueError, OSError, DockerError, AssertionError) as exc:
         raise RuntimeUnavailable(f"no Docker daemon at {host}: {exc}") from exc
     try:
@@ -86,6 +89,29 @@ async def docker_client(answer_within: float = 3.0) -> aiodocker.Docker:
         raise RuntimeUnavailable(
             f"no Docker daemon answers at {host} (start dockerd; .ci/start-dockerd does)"
         ) from exc
+    return client
+
+
+class _TracedDocker(aiodocker.Docker):
+    """aiodocker over a session of anvil's, whose requests become spans of the
+    evaluation they are made for (see :func:`telemetry.client_tracing`); closing the
+    client closes that session too."""
+
+    async def close(self) -> None:
+        await super().close()
+        await self.session.close()
+
+
+def _open(host: str) -> aiodocker.Docker:
+    """A client for ``host``; over a Unix socket (the usual daemon), its API calls are
+    traced. TCP, TLS and SSH hosts are set up by aiodocker itself, untraced."""
+    if not host.startswith(UNIX_PREFIX):
+        return aiodocker.Docker(url=host)
+    connector = aiohttp.UnixConnector(host.removeprefix(UNIX_PREFIX))
+    session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(),
+                                    trace_configs=[client_tracing(**{PEER: "docker"})])
+    client = _TracedDocker(url=host, connector=connector, session=session)
+    client.docker_host = "unix://localhost"  # what aiodocker composes its URLs with
     return client
 
 
