@@ -5,10 +5,13 @@ a waterfall; a click on a span shows its attributes, the request and response (h
 and bodies, from the span's events) and any contract violations, with the service's
 log beside it. Plain server-rendered pages (Jinja2, autoescaped) with inline CSS and a
 few lines of JavaScript: nothing is fetched from the network. Each page has a JSON twin
-under ``/api`` that carries the same data.
+under ``/api`` that carries the same data; while a run is still running, its pages (and
+the runs page) poll their twin every two seconds and reload when it changed.
 
-Service logs carry no timestamps, so the item page shows the log's last lines rather
-than the lines of the item's time window.
+The item page shows the service log's lines of the item's time window: the runtimes
+write the log with a times sidecar (``service.log.times``, see :mod:`engine._logs`)
+that says when each chunk of it arrived. A log without one (written by an older anvil)
+shows its last lines instead.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from jinja2 import DictLoader, Environment
 from sqlalchemy import func
@@ -29,11 +33,17 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from ._logs import lines_between
 from ._store import EvaluationRecord, ItemRecord, RunRecord, Store
-from ._traces import Node, call_label, find_item, load_trace
+from ._traces import Node, Trace, call_label, find_item, load_trace
 
 LOG_NAMES = ("service.log", "oracle.log", "build.log")
 LOG_TAIL_LINES = 200
+LOG_WINDOW_LINES = 500
+# Lines that arrive just before an item starts or just after it ends are often its own
+# (a request logged once answered, a slow pipe); never reaching into a neighbour item.
+LOG_MARGIN_NS = 200_000_000
+POLL_MS = 2000
 LOG_READ_MAX = 4 * 1024 * 1024  # a whole log page never reads more than this
 RUNS_SHOWN = 200
 REQUEST_EVENT, RESPONSE_EVENT = "http.request", "http.response"
@@ -67,6 +77,11 @@ def runs_data(store: Store) -> list[dict[str, Any]]:
     } for r in runs]
 
 
+def is_live(status: str | None) -> bool:
+    """True for a run still running: its pages poll for changes."""
+    return status == "running"
+
+
 def run_data(store: Store, run_id: str) -> dict[str, Any]:
     run = store.run(run_id)
     if run is None:
@@ -82,20 +97,24 @@ def run_data(store: Store, run_id: str) -> dict[str, Any]:
 def evaluation_data(store: Store, home: Path, evaluation_id: str) -> dict[str, Any]:
     """An evaluation and its items, failed (and errored) items first, each in stored order."""
     ev = _evaluation(store, evaluation_id)
-    items = sorted(store.items([ev.id]), key=lambda i: i.outcome not in _FAILED)
+    ordered = sorted(store.items([ev.id]), key=lambda i: i.outcome not in _FAILED)
     folder = log_folder(home, ev)
+    run = store.run(ev.run_id)
     return {
         **_evaluation_summary(ev),
-        "items": [_item_summary(i) for i in items],
+        "run_status": run.status if run else None,
+        "items": [_item_summary(i) for i in ordered],
         "logs": [name for name in LOG_NAMES if folder and (folder / name).is_file()],
     }
 
 
 def item_data(store: Store, home: Path, evaluation_id: str, nodeid: str) -> dict[str, Any]:
-    """One item: its result, its trace flattened into waterfall rows, the service log tail.
+    """One item: its result, its trace flattened into waterfall rows, its service log lines.
 
     Each row's ``offset_pct`` and ``width_pct`` place its bar within the item's span
-    (or within all its spans, when a call outlasts the item).
+    (or within all its spans, when a call outlasts the item). ``service_log`` holds the
+    lines that arrived while the item ran (``timestamped``, each with ``at_ms`` since
+    the item started), or the log's last lines when the log has no times sidecar.
     """
     ev = _evaluation(store, evaluation_id)
     record = next((i for i in store.items([ev.id]) if i.nodeid == nodeid), None)
@@ -119,12 +138,43 @@ def item_data(store: Store, home: Path, evaluation_id: str, nodeid: str) -> dict
             "traceback": ""},
         "spans": spans,
         "window": [_clock(node.span.start_ns), _clock(node.span.end_ns)] if node else None,
-        "service_log": {
-            "path": str(service_log) if service_log else None,
-            "lines": _tail(service_log, LOG_TAIL_LINES) if service_log else [],
-            "timestamped": False,
-        },
+        "service_log": _service_log(service_log, node, trace),
     }
+
+
+def _service_log(path: Path | None, node: Node | None, trace: Trace) -> dict[str, Any]:
+    """The lines of ``path`` that arrived while ``node`` ran; its tail without times."""
+    if path is not None and node is not None:
+        nodes = trace.root.walk() if trace.root else iter(())
+        start, end = _log_window(node, [n for n in nodes if n.is_item or n.is_phase])
+        found = lines_between(path, start, end, limit=LOG_WINDOW_LINES)
+        if found is not None:
+            t0 = node.span.start_ns
+            return {"path": str(path), "timestamped": True,
+                    "lines": [line for _, line in found],
+                    "at_ms": [round((at - t0) / 1e6, 1) for at, _ in found],
+                    "margin_ms": [round((t0 - start) / 1e6, 1), round((end - node.span.end_ns)
+                                                                     / 1e6, 1)]}
+    return {"path": str(path) if path else None, "timestamped": False,
+            "lines": _tail(path, LOG_TAIL_LINES) if path else [], "at_ms": None,
+            "margin_ms": None}
+
+
+def _log_window(node: Node, others: list[Node]) -> tuple[int, int]:
+    """The item's span widened by the margin, but not into the item before or after it,
+    nor out of the phase it ran in (the harness's health probes are no item's)."""
+    span = node.span
+    start, end = span.start_ns - LOG_MARGIN_NS, span.end_ns + LOG_MARGIN_NS
+    for other in others:
+        if other is node:
+            continue
+        if other.is_phase and other.span.start_ns <= span.start_ns <= other.span.end_ns:
+            start, end = max(start, other.span.start_ns), min(end, other.span.end_ns)
+        elif other.span.end_ns <= span.start_ns:
+            start = max(start, other.span.end_ns)
+        elif other.span.start_ns >= span.end_ns:
+            end = min(end, other.span.start_ns)
+    return start, end
 
 
 def log_folder(home: Path, ev: EvaluationRecord) -> Path | None:
@@ -273,6 +323,7 @@ pre.log{max-height:48em}.wf tr.sel{background:#dde8fb}
 .bar{position:absolute;top:1px;height:10px;background:#5b8def;border-radius:2px}
 .bar.err{background:#d9534f}.bar.item{background:#9aa5b8}
 .detail h3{margin:.8em 0 .2em}.muted{color:#6b7385}.violation{color:#c0262d}
+.at{color:#6b7385}
 """
 
 _JS = """
@@ -288,11 +339,32 @@ document.querySelectorAll('.wf tr[data-span]').forEach(r=>{
 });
 """
 
+# While a run runs: poll the page's JSON twin, reload when it differs from what the page
+# was rendered from (embedded beside the script). The reloaded page of a finished run
+# carries no script, so polling stops by itself.
+_POLL_JS = """
+(function(){
+  const state=document.getElementById('poll-state');
+  const shown=JSON.stringify(JSON.parse(state.textContent));
+  async function poll(){
+    try{
+      const r=await fetch(state.dataset.url,{cache:'no-store'});
+      if(r.ok&&JSON.stringify(await r.json())!==shown){location.reload();return}
+    }catch(e){}
+    setTimeout(poll,POLL_MS);
+  }
+  setTimeout(poll,POLL_MS);
+})();
+""".replace("POLL_MS", str(POLL_MS))
+
 _TEMPLATES = {
     "base.html": """<!doctype html><html lang="en"><head><meta charset="utf-8">
 <title>{% block title %}anvil{% endblock %}</title><style>{{ css }}</style></head><body>
 <header><a href="/">anvil</a>{% block crumbs %}{% endblock %}</header>
-<main>{% block main %}{% endblock %}</main></body></html>""",
+<main>{% block main %}{% endblock %}</main>
+{% if poll %}<script type="application/json" id="poll-state" data-url="{{ poll.url }}">
+{{- poll.state | safe }}</script><script class="live">{{ poll_js | safe }}</script>
+{% endif %}</body></html>""",
     "runs.html": """{% extends "base.html" %}{% block title %}anvil · runs{% endblock %}
 {% block main %}<h2>Runs</h2>
 {% if not runs %}<p class="muted">No run in this store yet.</p>{% else %}
@@ -377,19 +449,34 @@ v.items() %}{{ k }}={{ x }} {% endfor %}</pre>{% endfor %}
 {{ k }}: {{ x }}{% endfor %}</pre>{% endfor %}
 <h3>Attributes</h3><table class="attributes">{% for k, x in s.attributes.items() %}<tr>
 <th>{{ k }}</th><td>{{ x }}</td></tr>{% endfor %}</table></div>{% endfor %}{% endif %}
-</section><section><h3>service.log</h3>
-{% if it.service_log.lines %}<p class="muted">Its last {{ it.service_log.lines | length }}
-lines (service log lines carry no timestamps).</p>
-<pre class="log">{{ it.service_log.lines | join('\n') }}</pre>
-{% else %}<p class="muted">No service log.</p>{% endif %}</section></div>
+</section><section class="service-log"><h3>service.log</h3>
+{% set log = it.service_log %}{% if log.timestamped %}
+<p class="muted">service.log lines written while this item ran (from {{ log.margin_ms[0] }} ms
+before it to {{ log.margin_ms[1] }} ms after it), in ms since the item started.</p>
+{% if log.lines %}<pre class="log timed">{% for line in log.lines %}{% if not loop.first %}
+{% endif %}<span class="at">{{ '%+9.1f' % log.at_ms[loop.index0] }}</span>  {{ line }}
+{%- endfor %}</pre>{% else %}<p class="muted">The service wrote nothing meanwhile.</p>{% endif %}
+{% elif log.lines %}<p class="muted">Its last {{ log.lines | length }} lines (this log has no
+times beside it, so the lines of the item's time window are not known).</p>
+<pre class="log">{{ log.lines | join('\n') }}</pre>
+{% else %}<p class="muted">No service log.</p>{% endif %}
+{% if log.path %}<p><a href="/evaluations/{{ ev.id | urlencode }}/logs/service.log">the whole
+service.log</a></p>{% endif %}</section></div>
 <script>{{ js | safe }}</script>{% endblock %}""",
 }
 
 _env = Environment(loader=DictLoader(_TEMPLATES), autoescape=True)
 
 
-def _page(name: str, **context: Any) -> HTMLResponse:
-    html = _env.get_template(name).render(css=_CSS, js=_JS, **context)
+def _page(name: str, *, poll: tuple[str, Any] | None = None, **context: Any) -> HTMLResponse:
+    """Render a page; ``poll`` (its JSON twin's URL and data) makes it refresh itself."""
+    state = None
+    if poll is not None:
+        url, data = poll
+        # JSON inside <script>: "<" escaped so no string in it can close the element.
+        state = {"url": url, "state": json.dumps(data).replace("<", "\\u003c")}
+    html = _env.get_template(name).render(css=_CSS, js=_JS, poll_js=_POLL_JS, poll=state,
+                                          **context)
     return HTMLResponse(html)
 
 
@@ -401,20 +488,26 @@ def create_app(store: Store, home: Path) -> Starlette:
     """
 
     def runs_page(request: Request) -> Response:
-        return _page("runs.html", runs=runs_data(store))
+        runs = runs_data(store)
+        live = any(is_live(r["status"]) for r in runs)
+        return _page("runs.html", runs=runs, poll=("/api/runs", runs) if live else None)
 
     def runs_json(request: Request) -> Response:
         return JSONResponse(runs_data(store))
 
     def run_page(request: Request) -> Response:
-        return _page("run.html", run=run_data(store, request.path_params["run_id"]))
+        run = run_data(store, request.path_params["run_id"])
+        url = f"/api/runs/{quote(run['id'], safe='')}"
+        return _page("run.html", run=run, poll=(url, run) if is_live(run["status"]) else None)
 
     def run_json(request: Request) -> Response:
         return JSONResponse(run_data(store, request.path_params["run_id"]))
 
     def evaluation_page(request: Request) -> Response:
-        return _page("evaluation.html",
-                     ev=evaluation_data(store, home, request.path_params["evaluation_id"]))
+        ev = evaluation_data(store, home, request.path_params["evaluation_id"])
+        url = f"/api/evaluations/{quote(ev['id'], safe='')}"
+        return _page("evaluation.html", ev=ev,
+                     poll=(url, ev) if is_live(ev["run_status"]) else None)
 
     def evaluation_json(request: Request) -> Response:
         return JSONResponse(evaluation_data(store, home, request.path_params["evaluation_id"]))

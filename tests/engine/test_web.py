@@ -1,13 +1,15 @@
 """`anvil serve`: the web UI over a store filled by a real evaluation that fails one item.
 
-The pages are read through Starlette's TestClient (HTML and their JSON twins); one test
-drives the UI in headless Chromium (Debian's, through playwright) over a real server.
+The pages are read through Starlette's TestClient (HTML and their JSON twins); two tests
+drive the UI in headless Chromium (Debian's, through playwright) over a real server.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -25,6 +27,8 @@ import pytest
 from starlette.testclient import TestClient
 
 from engine import Store, load_task
+from engine._events import EvaluationStarted, RunFinished
+from engine._logs import times_path
 from engine._tracing import default_attachments
 from engine._web import create_app, is_loopback
 from tests.conftest import FIXTURES, ROOT, run_engine
@@ -50,6 +54,12 @@ def recorded(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> Recor
     shutil.copytree(FIXTURES / "tiny_service", submission)
     dockerfile = submission / "Dockerfile"
     dockerfile.write_text(dockerfile.read_text().replace("ENV MODE=ok", "ENV MODE=fail_item"))
+    # This copy logs each request it handles (markup in it), so each item has its lines.
+    server = submission / "server.py"
+    server.write_text(server.read_text().replace(
+        "    def log_message(self, *args):\n",
+        "    def log_message(self, *args):\n"
+        "        print(f'handled {self.command} {self.path} <i>{MODE}</i>', flush=True)\n"))
     home = base / "home"
     store = Store(f"sqlite:///{home / 'anvil.db'}")
     task = load_task(FIXTURES / "tiny_task")
@@ -58,10 +68,6 @@ def recorded(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> Recor
                            attachments=default_attachments(store)))
     store.close()
     assert result.verdict.value == "fail" and result.items_failed == 1, result
-    # The tiny service logs nothing: give its log lines to show (markup among them).
-    (service_log,) = (home / "runs" / run_id).glob("*/service.log")
-    with service_log.open("a") as log:
-        log.writelines(f"line {n} <script>alert({n})</script>\n" for n in range(250))
     return Recorded(home, run_id, result.evaluation_id)
 
 
@@ -128,9 +134,13 @@ def test_an_item_page_is_its_waterfall_with_bodies_headers_and_the_service_log(
     assert put["request"]["headers"]["content-type"] == ["application/json"]
     assert json.loads(get["response"]["body"]) == {"detail": "not found"}
     assert get["violations"] == []  # no contract check in the tiny task
-    lines = data["service_log"]["lines"]
-    assert len(lines) == 200 and lines[-1].startswith("line 249 ")  # its tail
+    log = data["service_log"]
+    assert log["timestamped"] and f"handled PUT /items/{key} <i>fail_item</i>" in log["lines"]
+    assert f"handled GET /items/{key} <i>fail_item</i>" in log["lines"]
+    took_ms = (item["end_ns"] - item["start_ns"]) / 1e6
+    assert all(-200 <= at <= took_ms + 200 for at in log["at_ms"]), log
     html = client.get(item_url(recorded, FAILING)).text
+    assert "service.log lines written while this item ran" in html
     assert html.count('class="detail"') == 3 and "&#34;detail&#34;: &#34;not found&#34;" in html
     assert "<script>" in html and "http://" not in html.split("<main>")[0]  # nothing fetched
 
@@ -142,10 +152,76 @@ def test_unknown_names_are_404_and_markup_in_data_is_escaped(client: TestClient,
     assert client.get(item_url(recorded, "<b>nothing</b>")).status_code == 404
     assert client.get(f"/evaluations/{recorded.evaluation_id}/item").status_code == 400
     page = client.get(item_url(recorded, FAILING)).text
-    assert "line 249 &lt;script&gt;alert(249)&lt;/script&gt;" in page
-    assert "<script>alert" not in page
+    assert "&lt;i&gt;fail_item&lt;/i&gt;" in page and "<i>fail_item" not in page
     assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
     assert not is_loopback("0.0.0.0") and not is_loopback("example.org")
+
+
+def test_each_item_shows_the_service_log_lines_of_its_own_time_window(
+        client: TestClient, recorded: Recorded) -> None:
+    """The line the service printed during the failing item is on its page, not the
+    page of the item that ran before it; that item has its own line."""
+    failing = client.get(item_url(recorded, FAILING, api=True)).json()
+    key = failing["spans"][1]["label"].removeprefix("PUT /items/")
+    health = client.get(item_url(recorded, "test_tiny.py::test_health", api=True)).json()
+    assert health["service_log"]["timestamped"]
+    assert health["service_log"]["lines"] == ["handled GET /health <i>fail_item</i>"]
+    assert not any(key in line for line in health["service_log"]["lines"])
+    assert not any("/health" in line for line in failing["service_log"]["lines"])
+    html = client.get(item_url(recorded, "test_tiny.py::test_health")).text
+    shown = html.split('class="service-log"')[1]
+    assert "GET /health" in shown and key not in shown
+    assert re.search(r'<span class="at">\s*[+-]\d+\.\d</span>  handled GET /health', shown)
+
+
+def test_a_log_without_times_shows_its_tail_as_before(recorded: Recorded,
+                                                      tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    shutil.copytree(recorded.home, home)
+    (log,) = (home / "runs" / recorded.run_id).glob("*/service.log")
+    times_path(log).unlink()
+    with log.open("a") as out:
+        out.writelines(f"line {n} <script>alert({n})</script>\n" for n in range(250))
+    store = Store(f"sqlite:///{home / 'anvil.db'}")
+    with TestClient(create_app(store, home)) as old:
+        data = old.get(item_url(recorded, FAILING, api=True)).json()["service_log"]
+        page = old.get(item_url(recorded, FAILING)).text
+    store.close()
+    assert not data["timestamped"] and len(data["lines"]) == 200
+    assert data["lines"][-1].startswith("line 249 ")  # its tail
+    assert "Its last 200" in page and "line 249 &lt;script&gt;alert(249)" in page
+    assert "<script>alert" not in page
+
+
+def _live_store(home: Path) -> tuple[Store, str, str]:
+    """A store holding a run that is still running, as the runner leaves it midway."""
+    home.mkdir(parents=True, exist_ok=True)
+    store = Store(f"sqlite:///{home / 'anvil.db'}")
+    run_id, evaluation_id = "live-run", "live-run.0"
+    store.create_run(run_id, "process", {}, [(evaluation_id, "tiny", "/t", "/s/sub")])
+    return store, run_id, evaluation_id
+
+
+def test_pages_of_a_running_run_poll_and_those_of_a_finished_run_do_not(
+        tmp_path: Path, client: TestClient, recorded: Recorded) -> None:
+    store, run_id, evaluation_id = _live_store(tmp_path)
+    pages = {"/": "/api/runs", f"/runs/{run_id}": f"/api/runs/{run_id}",
+             f"/evaluations/{evaluation_id}": f"/api/evaluations/{evaluation_id}"}
+    with TestClient(create_app(store, tmp_path)) as live:
+        for page, api in pages.items():
+            html = live.get(page).text
+            state = re.search(r'<script type="application/json" id="poll-state" '
+                              r'data-url="([^"]+)">(.*?)</script>', html, re.S)
+            assert state and state[1] == api, page
+            assert json.loads(state[2]) == live.get(api).json()  # what it compares against
+            assert "setTimeout(poll,2000)" in html
+        store.apply(RunFinished(run_id=run_id, interrupted=False, duration_s=1.0))
+        for page in pages:
+            assert "poll-state" not in live.get(page).text, page
+    store.close()
+    for page in ("/", f"/runs/{recorded.run_id}", f"/evaluations/{recorded.evaluation_id}",
+                 item_url(recorded, FAILING)):
+        assert "poll-state" not in client.get(page).text, page
 
 
 def test_an_empty_store_says_so(tmp_path: Path) -> None:
@@ -186,11 +262,17 @@ def browser_ready() -> None:
 @pytest.fixture
 def served(recorded: Recorded) -> Iterator[str]:
     """`anvil serve` on a free loopback port, ready: its base URL."""
+    with _serve(recorded.home) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def _serve(home: Path) -> Iterator[str]:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     proc = subprocess.Popen([sys.executable, "-m", "engine", "serve", "--port", str(port),
-                             "--home", str(recorded.home)], cwd=ROOT,
+                             "--home", str(home)], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -246,3 +328,27 @@ def test_in_chromium_a_failed_item_opens_to_its_request_and_response(
     assert shot.stat().st_size > 10_000
     assert outside == []  # the UI works offline: every request went to anvil serve
     print(f"screenshot: {shot}")
+
+
+def test_in_chromium_a_running_runs_page_reloads_when_the_run_changes(
+        browser_ready: None, tmp_path: Path) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    store, run_id, evaluation_id = _live_store(tmp_path / "home")
+    try:
+        with _serve(tmp_path / "home") as url, sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            try:
+                page = browser.new_page()
+                page.goto(f"{url}/runs/{run_id}")
+                expect(page.locator("td.badge")).to_have_text("pending")
+                store.apply(EvaluationStarted(run_id=run_id, evaluation_id=evaluation_id,
+                                              task="tiny", submission="/s/sub", attempt=1))
+                expect(page.locator("td.badge")).to_have_text("running", timeout=10_000)
+                store.apply(RunFinished(run_id=run_id, interrupted=False, duration_s=1.0))
+                expect(page.locator("p.muted")).to_contain_text("finished", timeout=10_000)
+                expect(page.locator("script.live")).to_have_count(0)  # it stopped polling
+            finally:
+                browser.close()
+    finally:
+        store.close()

@@ -476,7 +476,8 @@ class DockerRuntime:
         assert instance.log_path is not None
         with contextlib.suppress(OSError, aiohttp.ClientError, DockerError), \
                 _setting(instance.logs_done):
-            async with await AsyncCappedLog.open(instance.log_path, cap) as log:
+            # times: the web UI shows an item the lines of its time window.
+            async with await AsyncCappedLog.open(instance.log_path, cap, times=True) as log:
                 async for line in container.log(stdout=True, stderr=True, follow=True):
                     await log.write(line.encode("utf-8", "replace"))
 

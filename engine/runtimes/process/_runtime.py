@@ -281,7 +281,8 @@ class ProcessInstance:
         try:
             with scope:
                 with contextlib.suppress(OSError):
-                    out = await AsyncCappedLog.open(self.log_path, log_cap)
+                    # times: the web UI shows an item the lines of its time window.
+                    out = await AsyncCappedLog.open(self.log_path, log_cap, times=True)
                 async for chunk in stream:
                     if out is None:
                         continue  # keep draining so the service never blocks on its output
