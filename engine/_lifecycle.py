@@ -44,6 +44,7 @@ from ._events import (
 )
 from ._logs import read_tail
 from ._oracle import ItemResult, run_oracle
+from ._oracle_worker import OracleWorker
 from ._task import Task
 from .types import (
     Artifact,
@@ -159,8 +160,10 @@ class Lifecycle:
         limits: Limits,
         log_cap: int = DEFAULT_LOG_CAP,
         attachments: Sequence[AttachmentFactory] = (),
+        oracle_worker: OracleWorker | None = None,
     ) -> None:
         self.ev = evaluation
+        self.oracle_worker = oracle_worker
         self.runtime = runtime
         self.bus = bus
         self.limits = limits
@@ -289,7 +292,7 @@ class Lifecycle:
                                 item_timeout=task.config.oracle.item_timeout,
                                 on_item=self._on_item, on_start=self._on_start,
                                 extra_env={**ev.owner_env, **oracle_env},
-                                log_cap=self.log_cap,
+                                log_cap=self.log_cap, worker=self.oracle_worker,
                             ), "during the oracle", Phase.ORACLE)
                         # A fault on anvil's side of the wire (the recording proxy could not
                         # relay a call) makes the verdict anvil's `error`, not a `fail`.

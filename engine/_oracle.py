@@ -8,6 +8,7 @@ a cancellation kills it whole.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -20,9 +21,12 @@ from typing import Any
 import anyio
 from anyio.abc import Process, SocketAttribute, SocketStream
 
-from ._errors import OracleBroken
+from ._errors import HarnessError, OracleBroken
 from ._logs import AsyncCappedLog
+from ._oracle_worker import ForkedOracle, OracleWorker, WorkerGone
 from .types import Outcome
+
+log = logging.getLogger("anvil.engine")
 
 PLUGIN = "engine._oracle_plugin"
 MOCK_FIXTURES = "mocks._fixtures"  # fixtures over the evaluation's mock instances
@@ -148,7 +152,7 @@ class _Progress:
                 await self.on_item(item)
 
 
-async def _pump(process: Process, log: AsyncCappedLog, done: anyio.Event) -> None:
+async def _pump(process: Process | ForkedOracle, log: AsyncCappedLog, done: anyio.Event) -> None:
     assert process.stdout is not None
     try:
         async for chunk in process.stdout:
@@ -179,6 +183,7 @@ async def run_oracle(
     extra_env: Mapping[str, str] | None = None,
     poll_interval: float = 0.1,
     log_cap: int = 2 * 1024 * 1024,
+    worker: OracleWorker | None = None,
 ) -> list[ItemResult]:
     """Run every oracle item against ``base_url`` and return their results.
 
@@ -187,7 +192,9 @@ async def run_oracle(
     (``anyio.fail_after`` around this call); on cancellation the pytest process
     group is killed and the items that finished are still handed to ``on_item``.
     pytest's own output goes to ``oracle.log``, capped at ``log_cap`` bytes (head and
-    tail kept): a service answering 20 MB error bodies cannot fill the disk.
+    tail kept): a service answering 20 MB error bodies cannot fill the disk. With a
+    ``worker``, the oracle process is forked from it warm instead of started cold
+    (the same arguments, environment and directory; see :mod:`engine._oracle_worker`).
 
     Raises:
         OracleBroken: the oracle did not collect (import error, no items), the
@@ -208,15 +215,7 @@ async def run_oracle(
 
     log = await AsyncCappedLog.open(log_path, log_cap)
     try:
-        process = await anyio.open_process(
-            argv,
-            cwd=workdir,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        process = await _start(argv, env, workdir, worker)
     except BaseException:
         await log.aclose()
         raise
@@ -239,18 +238,43 @@ async def run_oracle(
             tg.cancel_scope.cancel()
     finally:
         with anyio.CancelScope(shield=True):
-            if process.returncode is None:
-                try:
-                    os.killpg(process.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                await process.wait()
-            await progress.drain()  # even when cancelled: the items that ran are kept
-            if marks is not None:
-                await marks.aclose()
-            await log.aclose()
+            try:
+                if process.returncode is None:
+                    try:
+                        os.killpg(process.pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                    await process.wait()
+            finally:
+                await progress.drain()  # even when cancelled: the items that ran are kept
+                if marks is not None:
+                    await marks.aclose()
+                await log.aclose()
+                await process.aclose()
+    if isinstance(process, ForkedOracle) and process.lost:
+        raise HarnessError(f"oracle process lost: {process.lost}")
     _check_complete(progress, code, oracle_dir, log_path)
     return progress.items
+
+
+async def _start(argv: list[str], env: dict[str, str], workdir: Path,
+                 worker: OracleWorker | None) -> Process | ForkedOracle:
+    """The oracle process: forked warm from ``worker``, else started cold (also when the
+    worker is gone: a run never fails for want of it)."""
+    if worker is not None:
+        try:
+            return await worker.spawn(argv[3:], env, workdir)  # after `python -m pytest`
+        except WorkerGone as exc:
+            log.warning("oracle worker: %s; starting the oracle cold", exc)
+    return await anyio.open_process(
+        argv,
+        cwd=workdir,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
 
 
 def _check_complete(progress: _Progress, code: int, oracle_dir: Path, log_path: Path) -> None:

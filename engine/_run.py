@@ -37,6 +37,7 @@ from ._events import (
 )
 from ._lifecycle import DEFAULT_LOG_CAP, AttachmentFactory, Evaluation, Lifecycle, Limits
 from ._mocks import MockFabric, mock_problems
+from ._oracle_worker import OracleWorker, oracle_worker
 from ._reaper import owner_env
 from ._store import Store
 from ._task import Task, load_task
@@ -151,6 +152,9 @@ class RunSettings:
     options: dict[str, Any] = field(default_factory=dict)  # recorded for --resume
     attachments: Sequence[AttachmentFactory] = ()  # mock fabric, proxy: see Attachment
     store_attempts: int = 6  # a store write that fails is retried with backoff, not dropped
+    #: Fork oracle runs from a warm worker (``ANVIL_ORACLE_WORKER=0``: a cold process each).
+    oracle_worker: bool = field(
+        default_factory=lambda: os.environ.get("ANVIL_ORACLE_WORKER", "1") != "0")
 
 
 class Runner:
@@ -167,6 +171,7 @@ class Runner:
         self.owner = f"{socket.gethostname()}:{os.getpid()}"
         self._teardown_deadline = 20.0
         self.skipped: list[str] = []  # evaluations another live anvil holds
+        self._worker: OracleWorker | None = None
 
     def teardown_deadline(self) -> float:
         """The longest teardown any planned evaluation may take (for a forced exit)."""
@@ -237,7 +242,8 @@ class Runner:
                     run_id=run_id, runtime=self.runtime.name, total=len(todo), done=done,
                 ))
                 with anyio.CancelScope() as self._scope:
-                    async with anyio.create_task_group() as tg:
+                    async with oracle_worker(self.settings.oracle_worker and bool(todo)) as (
+                            self._worker), anyio.create_task_group() as tg:
                         for evaluation_id, position, planned in todo:
                             workdir = run_dir / _slug(position, planned)
                             tg.start_soon(self._evaluate, run_id, evaluation_id, planned,
@@ -276,7 +282,8 @@ class Runner:
             if attempt > 1:
                 await anyio.sleep(self.settings.retry_delay)
             lifecycle = Lifecycle(evaluation, self.runtime, self.bus, limits,
-                                  self.settings.log_cap, self.settings.attachments)
+                                  self.settings.log_cap, self.settings.attachments,
+                                  oracle_worker=self._worker)
             try:
                 finished = await lifecycle.run(attempt, final=attempt == attempts)
             except Exception as exc:  # noqa: BLE001 - one evaluation never takes the run down
