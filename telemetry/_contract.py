@@ -6,16 +6,29 @@ problem, such as ``response to GET /messages: 'date' missing from item 0``. A ch
 never raises: a document openapi-core cannot use, or a fault inside it, is reported
 as a :class:`Violation` of kind ``check`` (so nothing about a call's verdict can
 depend on it).
+
+A check costs about a millisecond of CPU, and an oracle sends the same requests to
+every candidate: most requests, and many responses, are byte for byte ones already
+checked. So each side's outcome is remembered (a bounded LRU per document, keyed by
+a digest of everything the check reads): a request by its method, path, query,
+headers and body; a response by its method, route, status, headers and body. Two
+parts are left out of the keys because they cannot change an outcome: ``Host`` (the
+harness's address) and the credential after the scheme in ``Authorization`` (an
+OpenAPI document cannot constrain it; its security schemes only ask for the
+header and its scheme); ``Date`` of a response is left out too.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import yaml
 from multidict import CIMultiDict, MultiDict
@@ -25,6 +38,7 @@ from openapi_core.templating.paths.exceptions import OperationNotFound, PathNotF
 from openapi_core.templating.responses.exceptions import ResponseNotFound
 
 log = logging.getLogger("anvil.telemetry")
+T = TypeVar("T")
 
 #: The span event a violation becomes, and its attributes.
 VIOLATION_EVENT = "contract.violation"
@@ -116,7 +130,10 @@ class Contract:
     (the service listens wherever the harness put it).
     """
 
-    def __init__(self, document: Mapping[str, Any], name: str = "openapi.yaml") -> None:
+    def __init__(self, document: Mapping[str, Any], name: str = "openapi.yaml",
+                 memo: int = 8192) -> None:
+        self._requests: _Memo[tuple[list[Violation], str | None, bool]] = _Memo(memo)
+        self._responses: _Memo[list[Violation]] = _Memo(memo)
         spec = dict(document)
         spec["servers"] = [{"url": "/"}]
         self.name = name
@@ -157,7 +174,33 @@ class Contract:
             return [Violation("check", f"{call.method} {call.path}: the contract check "
                                        f"failed: {type(exc).__name__}: {exc}")], request.route
 
+    @property
+    def remembered(self) -> int:
+        """Checks answered from memory so far (requests and responses)."""
+        return self._requests.hits + self._responses.hits
+
     def _check(self, call: CallRecord, request: _Request) -> Iterator[Violation]:
+        key = _request_key(call)
+        known = self._requests.get(key)
+        if known is None:
+            violations = list(self._request_violations(call, request))
+            routed = not any(v.kind == "route" for v in violations)
+            known = (violations, request.route, routed)
+            self._requests.put(key, known)
+        violations, request.route, routed = known
+        yield from violations
+        if not routed or call.status is None or call.response_body is None:
+            return
+        key = _response_key(call, request.route)
+        answered = self._responses.get(key)
+        if answered is None:
+            answered = list(self._response_violations(call, request))
+            self._responses.put(key, answered)
+        what = f"{call.method.upper()} {call.path}"  # remembered by route: this call's path
+        for violation in answered:
+            yield Violation(violation.kind, violation.message.replace(_WHAT, what))
+
+    def _request_violations(self, call: CallRecord, request: _Request) -> Iterator[Violation]:
         what = f"{call.method.upper()} {call.path}"
         for error in self._api.iter_request_errors(request):
             if isinstance(error, PathNotFound | OperationNotFound):
@@ -165,8 +208,9 @@ class Contract:
                 return
             for phrase in _describe(error):
                 yield Violation("request", f"request to {what}: {phrase}")
-        if call.status is None or call.response_body is None:
-            return
+
+    def _response_violations(self, call: CallRecord, request: _Request) -> Iterator[Violation]:
+        what = _WHAT
         for error in self._api.iter_response_errors(request, _Response(call)):
             if isinstance(error, ResponseNotFound):
                 yield Violation("response", f"response to {what}: status {call.status} is "
@@ -174,6 +218,67 @@ class Contract:
                 continue
             for phrase in _describe(error):
                 yield Violation("response", f"response to {what}: {phrase}")
+
+
+_WHAT = "\x00call\x00"  # in a remembered response message: the call it is shown for
+_NOT_IN_REQUEST_KEY = frozenset({"host"})
+_NOT_IN_RESPONSE_KEY = frozenset({"date"})
+
+
+def _digest(*parts: object) -> bytes:
+    h = hashlib.blake2b(digest_size=16)
+    for part in parts:
+        h.update(part if isinstance(part, bytes) else repr(part).encode())
+        h.update(b"\x00")
+    return h.digest()
+
+
+def _request_key(call: CallRecord) -> bytes:
+    headers = []
+    for name, value in call.request_headers:
+        lowered = name.lower()
+        if lowered in _NOT_IN_REQUEST_KEY:
+            continue
+        if lowered == "authorization":
+            value = value.split(" ", 1)[0]  # the scheme: what a security scheme checks
+        headers.append((lowered, value))
+    return _digest(call.method, call.path, list(call.query), headers,
+                   call.request_body if call.request_body is not None else "<unknown>")
+
+
+def _response_key(call: CallRecord, route: str | None) -> bytes:
+    """A response is checked against its operation: the route stands for the path (the
+    path's own values, such as ids, are the request's to check)."""
+    headers = [(n.lower(), v) for n, v in call.response_headers
+               if n.lower() not in _NOT_IN_RESPONSE_KEY]
+    where = route if route is not None else call.path
+    return _digest(call.method, where, call.status, headers, call.response_body or b"")
+
+
+class _Memo(Generic[T]):
+    """A thread-safe LRU of check outcomes (checks run on several threads at once)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.hits = 0
+        self._items: OrderedDict[bytes, T] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: bytes) -> T | None:
+        with self._lock:
+            found = self._items.get(key)
+            if found is not None:
+                self._items.move_to_end(key)
+                self.hits += 1
+            return found
+
+    def put(self, key: bytes, value: T) -> None:
+        if self.size <= 0:
+            return
+        with self._lock:
+            self._items[key] = value
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
 
 
 def _describe(error: BaseException) -> list[str]:

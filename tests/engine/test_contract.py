@@ -85,6 +85,47 @@ def test_violations_read_as_one_line_each(contract: Contract, record: CallRecord
     assert [(v.kind, v.message) for v in contract.check(record)] == expected
 
 
+ITEM_SPEC: dict[str, Any] = {
+    "openapi": "3.0.3", "info": {"title": "t", "version": "1"},
+    "components": {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
+    "security": [{"bearer": []}],
+    "paths": {"/items/{key}": {
+        "parameters": [{"name": "key", "in": "path", "required": True,
+                        "schema": {"type": "string", "maxLength": 4}}],
+        "get": {"responses": {"200": {"description": "ok", "content": {"application/json": {
+            "schema": MESSAGE}}}}}}},
+}
+
+
+def test_a_remembered_check_says_what_a_fresh_one_says() -> None:
+    """Outcomes are remembered by what the check reads; whatever it does not read (the
+    token after its scheme, Host, Date) varies freely, and a remembered response message
+    names this call's own path."""
+    def get(key: str, body: Any, token: str = "Bearer t1", host: str = "a:1",
+            date: str = "d1") -> CallRecord:
+        return CallRecord("GET", f"/items/{key}", (),
+                          [("Host", host), ("Authorization", token)], b"", 200,
+                          [*JSON, ("Date", date)], json.dumps(body).encode())
+
+    bad = {"text": "no date"}
+    calls = [
+        get("a", bad), get("a", bad, token="Bearer t2", host="b:2", date="d2"),  # the same
+        get("b", bad),  # another path: its request is checked, its response remembered
+        get("toolong", bad),  # the path parameter breaks its schema: the request differs
+        get("a", bad, token="Basic eA=="),  # another scheme: the security check differs
+        get("c", {"date": "x", "text": "y"}), get("d", {"date": "x", "text": "y"}),
+    ]
+    fresh = [Contract(ITEM_SPEC, memo=0).check(c) for c in calls]
+    memo = Contract(ITEM_SPEC)
+    assert [memo.check(c) for c in calls] == fresh
+    # a's second request and response; the responses of b, toolong, a-Basic and d
+    assert memo.remembered == 6
+    assert [v.message for v in fresh[2] if v.kind == "response"] == [
+        "response to GET /items/b: 'date' missing from the body"]
+    assert [v.kind for v in fresh[3]] == ["request", "response"]
+    assert any(v.kind == "request" for v in fresh[4]) and not fresh[5]
+
+
 def test_a_response_whose_body_is_unknown_is_not_checked(contract: Contract) -> None:
     cut = CallRecord("GET", "/messages", (), (), None, 200, JSON, None)  # past the keep limit
     assert contract.check(cut) == []

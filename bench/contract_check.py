@@ -1,0 +1,81 @@
+"""CPU of the contract check per call, with and without remembering outcomes.
+
+Replays the calls a run recorded (its proxy spans: method, path, query, headers and
+bodies as the store kept them) through a fresh :class:`telemetry.Contract` of each
+task, once with memory off and once on, in one sitting, and checks both give the same
+violations. Needs a run in the store first (``make run`` makes one)::
+
+    .venv/bin/python bench/contract_check.py [--db sqlite:///.anvil/anvil.db] [--run latest]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from urllib.parse import parse_qsl
+
+import yaml
+
+from engine._store import Store
+from telemetry import CallRecord, Contract
+
+
+def _calls(store: Store, evaluation_ids: list[str]) -> list[CallRecord]:
+    calls = []
+    for evaluation_id in evaluation_ids:
+        for span in sorted(store.spans(evaluation_id), key=lambda s: s.start_ns):
+            a = span.attributes_dict()
+            if span.kind != "client" or "anvil.peer" in a or "http.response.status_code" not in a:
+                continue
+            events = {e["name"]: e["attributes"] for e in span.events_list()}
+            sent, got = events.get("http.request", {}), events.get("http.response", {})
+            calls.append(CallRecord(
+                a["http.request.method"], a["url.path"], parse_qsl(a.get("url.query", "")),
+                [(k.removeprefix("http.request.header."), v[0]) for k, v in sent.items()
+                 if k.startswith("http.request.header.")],
+                str(sent.get("anvil.body", "")).encode(), a["http.response.status_code"],
+                [(k.removeprefix("http.response.header."), v[0]) for k, v in got.items()
+                 if k.startswith("http.response.header.")],
+                str(got.get("anvil.body", "")).encode()))
+    return calls
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--db", default=f"sqlite:///{Path('.anvil/anvil.db').resolve()}")
+    parser.add_argument("--run", default="latest")
+    args = parser.parse_args()
+    store = Store(args.db)
+    run = store.run(args.run)
+    if run is None:
+        raise SystemExit(f"no run {args.run!r} in {args.db} (`make run` makes one)")
+    by_task: dict[str, tuple[str, list[str]]] = {}
+    for ev in store.evaluations(run.id):
+        by_task.setdefault(ev.task_id, (ev.task_path, []))[1].append(ev.id)
+    totals = {0: 0.0, 1: 0.0}
+    count = 0
+    for task_id, (task_path, ids) in sorted(by_task.items()):
+        calls = _calls(store, ids)
+        document = yaml.safe_load((Path(task_path) / "openapi.yaml").read_text())
+        results = []
+        for memo in (0, 8192):
+            contract = Contract(document, memo=memo)
+            began = time.process_time()
+            found = [contract.check(call) for call in calls]
+            results.append((time.process_time() - began, found, contract.remembered))
+        (cold, plain, _), (warm, remembered, hits) = results
+        same = "same violations" if plain == remembered else "VIOLATIONS DIFFER"
+        print(f"{task_id:10} {len(calls):5} calls  {cold / len(calls) * 1e3:.3f} ms/call -> "
+              f"{warm / len(calls) * 1e3:.3f} ms/call remembered ({hits} outcomes "
+              f"remembered; {same})")
+        totals[0] += cold
+        totals[1] += warm
+        count += len(calls)
+    if count:
+        print(f"all        {count:5} calls  {totals[0] / count * 1e3:.3f} -> "
+              f"{totals[1] / count * 1e3:.3f} ms/call: {totals[0] / totals[1]:.2f}x less CPU")
+
+
+if __name__ == "__main__":
+    main()
