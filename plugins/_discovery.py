@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Mapping
 from importlib import import_module
 from importlib.metadata import entry_points
@@ -22,9 +24,32 @@ def available(group: str, builtins: Mapping[str, str] | None = None) -> dict[str
     from a source tree without being installed; installed entry points win.
     """
     found = dict(builtins or {})
-    for ep in entry_points(group=group):
-        found[ep.name] = ep.value
+    for name, value in _installed(group):
+        found[name] = value
     return dict(sorted(found.items()))
+
+
+_SCANNED: dict[tuple[str, tuple[tuple[str, int], ...]], list[tuple[str, str]]] = {}
+
+
+def _installed(group: str) -> list[tuple[str, str]]:
+    """The group's entry points. Scanning every installed distribution takes
+    milliseconds and a run asks once per evaluation, so the answer is kept while the
+    import path and its folders stay as they were (installing or removing a
+    distribution changes its folder's modification time)."""
+    key = (group, tuple(_stamp(path) for path in sys.path))
+    if key not in _SCANNED:
+        if len(_SCANNED) > 16:  # stale answers of an earlier import path
+            _SCANNED.clear()
+        _SCANNED[key] = [(ep.name, ep.value) for ep in entry_points(group=group)]
+    return _SCANNED[key]
+
+
+def _stamp(path: str) -> tuple[str, int]:
+    try:
+        return path, os.stat(path or ".").st_mtime_ns
+    except OSError:
+        return path, -1
 
 
 def load(group: str, name: str, builtins: Mapping[str, str] | None = None) -> object:
