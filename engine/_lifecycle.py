@@ -68,18 +68,24 @@ PROBE = "anvil.probe"  # the span attribute that marks a health probe
 
 @dataclass(frozen=True)
 class Limits:
-    """Separate capacity for builds, running services and oracle runs."""
+    """Separate capacity for builds, running services and oracle runs, and how many
+    evaluations are under way at all (``admitted``: enough for every service slot to
+    be busy while the next evaluations build; the rest wait, holding nothing, not even
+    their claim in the store)."""
 
     builds: anyio.CapacityLimiter
     services: anyio.CapacityLimiter
     oracles: anyio.CapacityLimiter
+    admitted: anyio.CapacityLimiter
 
     @classmethod
     def for_concurrency(cls, concurrency: int, build_slots: int | None = None) -> Limits:
+        builds = build_slots or max(1, min(concurrency, 2))
         return cls(
-            builds=anyio.CapacityLimiter(build_slots or max(1, min(concurrency, 2))),
+            builds=anyio.CapacityLimiter(builds),
             services=anyio.CapacityLimiter(concurrency),
             oracles=anyio.CapacityLimiter(concurrency),
+            admitted=anyio.CapacityLimiter(concurrency + builds),
         )
 
 

@@ -6,8 +6,9 @@ first ``cap/2`` bytes straight to the file and keeps the last ``cap/2`` bytes
 in a ring buffer; closing it appends the tail after a marker line saying how
 many bytes were dropped between them. A log of at most ``cap`` bytes is
 written unchanged. :class:`AsyncCappedLog` is the same writer for async pumps:
-it touches the disk off the event loop, and only while the head fills up or
-when it closes.
+a small chunk goes into the file's buffer on the event loop (microseconds), a big
+one and the close go through a worker thread, and once the head is full a write
+only appends to memory.
 
 Reading is from the end: :func:`tail_lines` seeks back from the end of the
 file, so a failure reason costs the same on a 2 GB log as on a 2 kB one;
@@ -37,6 +38,7 @@ MARKER = "[anvil: log capped at {cap} bytes: {dropped} bytes left out; its last 
 _TAIL_BLOCK = 8192
 _TAIL_MAX = 1024 * 1024  # never read more than this from the end of a log
 TIMES_SUFFIX = ".times"
+INLINE_WRITE = 16 * 1024  # AsyncCappedLog writes chunks up to this size on the event loop
 _WINDOW_MAX = 1024 * 1024  # lines_between never reads more than this of a log
 
 
@@ -182,10 +184,10 @@ class CappedLog:
 
 
 class AsyncCappedLog:
-    """:class:`CappedLog` for async code: disk work runs in a worker thread.
-
-    Once the head is full a write only appends to memory, so a service flooding
-    its output costs no thread hop per chunk.
+    """:class:`CappedLog` for async code: chunks up to :data:`INLINE_WRITE` bytes are
+    written into the file's buffer on the event loop (a thread hop would cost a hundred
+    times the write), bigger ones and the close in a worker thread. Once the head is full
+    a write only appends to memory, so a service flooding its output costs no hop at all.
     """
 
     def __init__(self, log: CappedLog) -> None:
@@ -199,7 +201,9 @@ class AsyncCappedLog:
 
     async def write(self, data: bytes) -> None:
         at_ns = time.time_ns()  # when it arrived, not when a worker thread got to it
-        if self.log.head_full:
+        if self.log.head_full or len(data) <= INLINE_WRITE:
+            # Into the file's buffer (a page-cache write when it fills): microseconds,
+            # where a worker thread's round trip costs a hundred of them.
             self.log.write(data, at_ns)
         else:
             await anyio.to_thread.run_sync(self.log.write, data, at_ns)

@@ -275,6 +275,12 @@ class Runner:
             run_id=run_id, evaluation_id=evaluation_id, task=planned.task,
             submission=planned.submission, workdir=workdir, owner_env=owner_env(run_id),
         )
+        async with limits.admitted:  # claimed only once under way: a lease never lapses
+            await self._attempts(evaluation, planned, limits)  # while it waits its turn
+
+    async def _attempts(self, evaluation: Evaluation, planned: Planned, limits: Limits) -> None:
+        run_id, evaluation_id = evaluation.run_id, evaluation.evaluation_id
+        assert planned.task is not None
         attempts = 1 + self.settings.retries
         for attempt in range(1, attempts + 1):
             if not await self._claim(evaluation_id, planned.task.lease_seconds()):
