@@ -182,3 +182,15 @@ class MockAttachment:
     async def item_started(self, nodeid: str) -> None:
         for _, _, hosted in self.hosted:
             hosted.app.mark_item(nodeid)
+
+    async def oracle_finished(self) -> None:
+        """Every instance must still serve when the oracle ends: one that stopped during it
+        refused the service's calls, and the items that failed for it are anvil's fault.
+
+        Raises:
+            HarnessError: an instance stopped (transient: the evaluation is retried).
+        """
+        stopped = [name for _, name, hosted in self.hosted if hosted.stopped]
+        if stopped:
+            raise HarnessError(f"mock {', '.join(stopped)} stopped during the oracle: the "
+                               "service's calls to it were refused (anvil's fault, retried)")

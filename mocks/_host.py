@@ -147,6 +147,11 @@ class Hosted:
     def token(self) -> str:
         return self.app.token
 
+    @property
+    def stopped(self) -> bool:
+        """True once the instance no longer serves (stopped, or its server ended)."""
+        return self._done.is_set()
+
 
 class MockHost:
     """Runs mock instances, each on its own port, in a task group the caller owns.
