@@ -106,6 +106,10 @@ class Way:
     def per_minute(self) -> float:
         return self.evaluations / self.wall * 60
 
+    @property
+    def cpu_per_eval(self) -> float:
+        return self.cpu / max(self.evaluations, 1)
+
     def busy(self, cores: int) -> float:
         return self.cpu / cores / self.wall
 
@@ -416,6 +420,9 @@ def main() -> None:
     parser.add_argument("--runtime", choices=("process", "docker"), default="process")
     parser.add_argument("--concurrency", type=int, default=None, metavar="N",
                         help="the third way's --concurrency (default: anvil's default)")
+    parser.add_argument("--cold-oracles", action="store_true",
+                        help="a fourth way: the default concurrency with ANVIL_ORACLE_WORKER=0 "
+                             "(every oracle a cold interpreter), for the warm worker's effect")
     parser.add_argument("--tasks", default=",".join(TASKS),
                         help=f"comma-separated task ids (default {','.join(TASKS)})")
     parser.add_argument("--cache", type=Path, default=ROOT / ".anvil" / "cache",
@@ -467,6 +474,11 @@ def main() -> None:
         ways.append(anvil_way(label, tasks, subs, scratch / "home-default", args.runtime,
                               args.concurrency, env))
         print(f"  {label} done in {ways[-1].wall:.1f} s", flush=True)
+        if args.cold_oracles:
+            ways.append(anvil_way(f"{label}, cold oracles", tasks, subs,
+                                  scratch / "home-cold", args.runtime, args.concurrency,
+                                  {**env, "ANVIL_ORACLE_WORKER": "0"}))
+            print(f"  {label}, cold oracles done in {ways[-1].wall:.1f} s", flush=True)
         if args.runtime == "process":
             # The loop's laid-out submissions are ours to remove (no runtime released them).
             shutil.rmtree(scratch / "naive", ignore_errors=True)
@@ -481,7 +493,10 @@ def main() -> None:
     naive_rate = ways[0].per_minute
     print(f"ratios: anvil c=1 / naive = {ways[1].per_minute / naive_rate:.2f}x, "
           f"{label} / naive = {ways[2].per_minute / naive_rate:.2f}x; "
-          f"machine limit {ways[2].busy(cores):.2f}")
+          f"machine limit {ways[2].busy(cores):.2f}"
+          + (f"; warm / cold oracles = {ways[2].per_minute / ways[3].per_minute:.2f}x, "
+             f"CPU per evaluation {ways[3].cpu_per_eval:.2f} -> {ways[2].cpu_per_eval:.2f} s"
+             if args.cold_oracles else ""))
 
 
 if __name__ == "__main__":
