@@ -247,6 +247,9 @@ class OracleWorker:
             [sys.executable, "-m", "engine._oracle_worker", str(path)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None,
             env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+            # A Ctrl-C at the terminal is anvil's to handle, not the worker's (it would die
+            # under the oracles it serves): it lives as long as anvil holds its stdin.
+            start_new_session=True,
         )
         ready = b""
         with anyio.move_on_after(30):
