@@ -12,7 +12,9 @@ assertion message and traceback). The first rule that fits wins:
    ``expected 403, got 200``), checked against the item's last call;
 3. a mock call: the failing line reads a mock's journal (``service_calls``,
    ``.journal(``, ``.requests(``) and finds none (a required call is missing: the line
-   says what the mock did receive during the item), or it inspects a journaled call's
+   says what the mock did receive during the item), counts the calls and finds too few
+   or too many (``assert len(...) >= 3`` failing as ``assert 1 >= 3``), or it inspects
+   a journaled call's
    body (``call["body"]``, ``body_of(``) and the assertion rejects it (the payload is
    wrong: the line quotes the body the service sent). What the mocks received is in
    the trace: each call the service made to a mock is a span under the item;
@@ -39,6 +41,10 @@ _STATUS_WHERE = re.compile(r"where (\d{3}) = <Response \[\d{3}\]>\.status_code")
 _EXPECTED_GOT = re.compile(r"expected (?:status )?(\d{3})\D{1,12}?got (\d{3})", re.I)
 _MOCK_READ = re.compile(r"(service_calls|\.journal|\.requests)\(([^)]*)\)")
 _MOCK_ROUTE = re.compile(r"""["'](GET|POST|PUT|PATCH|DELETE)["']\s*,\s*["']([^"']+)["']""")
+_MOCK_METHOD = re.compile(r"""method\s*=\s*["'](GET|POST|PUT|PATCH|DELETE)["']""")
+_MOCK_PATH = re.compile(r"""path\s*=\s*["']([^"']+)["']""")
+#: An assertion on how many calls a mock received: ``assert 1 >= 3``.
+_COUNT = re.compile(r"assert (\d+) (>=|==|>|<=|<|!=) (\d+)\s*$", re.M)
 #: A failing line that inspects what a mock journaled of a call (its body).
 _MOCK_BODY = re.compile(r"""\[["']body["']\]|body_of\(|\.json_body\b""")
 _NONE_FOUND = re.compile(r"expected \d+, got 0\)|assert 0 ==|== \[\]|assert \[\] ==|"
@@ -61,8 +67,8 @@ class FailedItem(Protocol):
 class Explanation:
     """Why one item failed, as its trace shows it.
 
-    ``kind`` is ``harness``, ``status``, ``mock_missing``, ``mock_payload``, ``contract``,
-    ``dropped`` or ``assertion``; ``line`` is the sentence shown to the user.
+    ``kind`` is ``harness``, ``status``, ``mock_missing``, ``mock_count``, ``mock_payload``,
+    ``contract``, ``dropped`` or ``assertion``; ``line`` is the sentence shown to the user.
     """
 
     nodeid: str
@@ -204,9 +210,17 @@ def _mock(item: FailedItem, text: str, mocked: list[SpanRecord]) -> Explanation 
               if ln.strip() and not ln.startswith("E ") and not ln.lstrip().startswith("^")]
     failing = source[-1] if source else ""
     read = _MOCK_READ.search(failing)
-    route = _MOCK_ROUTE.search(read.group(2)) if read is not None else None
-    if read is not None and _NONE_FOUND.search(text):
-        what = f"{route.group(1)} {route.group(2)}" if route else "the expected call"
+    call = _mock_route(read.group(2)) if read is not None else None
+    counted = _COUNT.search(item.message) if read is not None and "len(" in failing else None
+    if counted is not None and counted.group(1) != "0":
+        got, op, want = counted.groups()
+        what = call or "calls"
+        times = "once" if got == "1" else f"{got} times"
+        return Explanation(item.nodeid, "mock_count", _clip(
+            f"mock calls: {what} reached the mock {times} during this item, the oracle "
+            f"expects {op} {want}"))
+    if read is not None and (_NONE_FOUND.search(text) or counted is not None):
+        what = call or "the expected call"
         got = ", ".join(f"{_mock_call(s)} → {_status(s)}" for s in mocked[:3])
         more = f" (+{len(mocked) - 3} more)" if len(mocked) > 3 else ""
         received = f"it received {got}{more}" if got else "the mocks received no call"
@@ -214,8 +228,8 @@ def _mock(item: FailedItem, text: str, mocked: list[SpanRecord]) -> Explanation 
             f"required mock call missing: no {what} during this item; {received}"))
     if read is not None or _MOCK_BODY.search(failing):
         sent = ""
-        if route is not None:
-            matching = [s for s in mocked if _call(s) == f"{route.group(1)} {route.group(2)}"]
+        if call is not None:
+            matching = [s for s in mocked if _call(s) == call]
         else:
             matching = [s for s in mocked if s.attributes_dict().get(
                 "http.request.method") != "GET"] or mocked
@@ -224,6 +238,17 @@ def _mock(item: FailedItem, text: str, mocked: list[SpanRecord]) -> Explanation 
             sent = f"{_mock_call(matching[-1])} sent {body or 'no body'}: "
         return Explanation(item.nodeid, "mock_payload", _clip(
             f"mock call with the wrong payload: {sent}{_first(_assertion(item.message))}"))
+    return None
+
+
+def _mock_route(arguments: str) -> str | None:
+    """``POST /v1/x`` from a journal read's arguments (positional or by keyword)."""
+    positional = _MOCK_ROUTE.search(arguments)
+    if positional is not None:
+        return f"{positional.group(1)} {positional.group(2)}"
+    method, path = _MOCK_METHOD.search(arguments), _MOCK_PATH.search(arguments)
+    if method is not None and path is not None:
+        return f"{method.group(1)} {path.group(1)}"
     return None
 
 

@@ -117,6 +117,12 @@ def test_mock_payload(echo):
     assert json.loads(call["body"]) == {"text": "hi"}
 
 
+@pytest.mark.category("side_effects")
+def test_mock_count(echo):
+    requests.post(BASE + "/notes", json={"text": "hi"}, timeout=5)
+    assert len(echo.requests(method="POST", path="/v1/echoes")) >= 2
+
+
 @pytest.mark.category("workflow")
 def test_dropped():
     requests.get(BASE + "/drop", timeout=5)
@@ -174,7 +180,7 @@ def explained_run(tmp_path_factory: pytest.TempPathFactory,
     assert done.returncode == 0, done.stderr  # every evaluation judged
     (line,) = done.stdout.splitlines()
     result = json.loads(line)
-    assert result["verdict"] == "fail" and result["items_failed"] == 7, result
+    assert result["verdict"] == "fail" and result["items_failed"] == 8, result
     return home, done, result["evaluation_id"]
 
 
@@ -193,6 +199,8 @@ def test_each_failed_item_gets_the_line_its_trace_shows(
                                               "/v1/echoes during this item; the mocks "
                                               "received no call"),
         "test_mock_payload": ("mock_payload", found["test_mock_payload"][1]),
+        "test_mock_count": ("mock_count", "mock calls: POST /v1/echoes reached the mock once "
+                                          "during this item, the oracle expects >= 2"),
         "test_dropped": ("dropped", found["test_dropped"][1]),
         "test_refused": ("harness", "harness-side fault: connection refused reaching the "
                                     "service's proxy (after GET /health)"),
@@ -215,7 +223,7 @@ def test_run_prints_the_first_explanations_and_the_trace_command(
     home, done, evaluation_id = explained_run
     lines = done.stderr.splitlines()
     items = [i for i, line in enumerate(lines) if line.startswith("  FAILED ")]
-    assert len(items) == 7
+    assert len(items) == 8
     for at, expected in zip(items[:3], ["→ wrong status: expected 403, got 200",
                                         "→ response shape violation: ",
                                         "→ required mock call missing: "], strict=True):
