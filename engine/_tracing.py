@@ -336,15 +336,16 @@ def span_row(evaluation_id: str, span: SpanData) -> dict[str, Any]:
     }
 
 
-def default_attachments(store: Store, fabric: MockFabric | None = None) -> list[
-        AttachmentFactory]:
+def default_attachments(store: Store, fabric: MockFabric | None = None,
+                        capture: Capture | None = None) -> list[AttachmentFactory]:
     """What every evaluation gets: its trace and recording proxy, spans to ``store``; with
-    ``fabric``, its mock instances too, their calls traced.
+    ``fabric``, its mock instances too, their calls traced; ``capture`` says how much of
+    each body and header is kept (default: 8 KiB bodies, secrets redacted).
 
     The trace goes last among a run's attachments: the oracle's BASE_URL is the last
     one wiring returns, and the proxy belongs right in front of the service.
     """
-    recorder = TraceRecorder(store)
+    recorder = TraceRecorder(store, capture)
     if fabric is None:
         return [recorder.attach]
     fabric.observer = recorder.observer

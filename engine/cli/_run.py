@@ -18,6 +18,8 @@ from rich.markup import escape
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
+from telemetry import DEFAULT_BODY_LIMIT, Capture
+
 from .._errors import AnvilError, InputError
 from .._events import EvaluationFinished
 from .._explain import explain
@@ -73,6 +75,11 @@ def run(
     json_output: Annotated[bool, typer.Option(
         "--json", help="JSON Lines on stdout, one object per finished evaluation.",
     )] = False,
+    trace_body_limit: Annotated[int, typer.Option(
+        min=0, metavar="BYTES",
+        help="Bytes of each request and response body kept in the trace (the whole "
+             "size is kept too; 0: no bodies).",
+    )] = DEFAULT_BODY_LIMIT,
     home: HomeOpt = Path(".anvil"),
     db: DbOpt = None,
 ) -> None:
@@ -87,7 +94,7 @@ def run(
         raise fail("give TASK... and --submissions DIR, or --resume RUN_ID")
     try:
         code = run_async(_run, tasks or [], submissions, runtime, concurrency, resume,
-                          json_output, home, db)
+                          json_output, home, db, trace_body_limit)
     except AnvilError as exc:
         raise fail(str(exc), code_of(exc)) from None
     except KeyboardInterrupt:  # a Ctrl-C in the instant the run ends: it is kept all the same
@@ -98,6 +105,7 @@ def run(
 async def _run(
     task_paths: list[Path], submissions: Path | None, runtime_name: str, concurrency: int,
     resume: str | None, json_output: bool, home: Path, db: str | None,
+    trace_body_limit: int = DEFAULT_BODY_LIMIT,
 ) -> ExitCode:
     home = home.resolve()
     store = open_store(home, db)
@@ -112,6 +120,7 @@ async def _run(
         options = record.options_dict()
         runtime_name = options.get("runtime", runtime_name)
         concurrency = options.get("concurrency", concurrency)
+        trace_body_limit = options.get("trace_body_limit", trace_body_limit)
     else:
         assert submissions is not None
         found = plan(task_paths, submissions)
@@ -128,11 +137,13 @@ async def _run(
         "tasks": [str(p.resolve()) for p in task_paths],
         "submissions": str(submissions.resolve()) if submissions else None,
         "concurrency": concurrency,
+        "trace_body_limit": trace_body_limit,
     })
     async with runtime, MockFabric() as fabric:
         # Each evaluation's own mock instances (their calls traced), then its trace and
         # recording proxy: it wires last, so BASE_URL is the proxy in front of the service.
-        settings.attachments = default_attachments(store, fabric)
+        settings.attachments = default_attachments(store, fabric,
+                                                    Capture(body_limit=trace_body_limit))
         runner = Runner(store, runtime, settings)
         run_id = resume or await runner.start(planned)
         subscribers = [

@@ -130,3 +130,19 @@ def test_export_names_its_formats_and_writes_every_span(
              for scope in rs["scopeSpans"] for s in scope["spans"]]
     stored = Store(f"sqlite:///{home / 'anvil.db'}").spans(evaluation_id)
     assert sorted(s["spanId"] for s in spans) == sorted(s.span_id for s in stored)
+
+
+def test_the_body_limit_is_the_users_to_set(tmp_path: Path, cache_dir: Path) -> None:
+    home = tmp_path / "home"
+    done = anvil("run", str(TINY), "-s", str(FIXTURES / "tiny_service"), "--runtime", "process",
+                 "--json", "--trace-body-limit", "4", home=home, cache=cache_dir)
+    assert done.returncode == 0, done.stderr
+    evaluation_id = json.loads(done.stdout)["evaluation_id"]
+    spans = Store(f"sqlite:///{home / 'anvil.db'}").spans(evaluation_id)
+    (put,) = [s for s in spans if s.attributes_dict().get("http.request.method") == "PUT"]
+    sent = next(e["attributes"] for e in put.events_list() if e["name"] == "http.request")
+    assert sent["anvil.body"] == '{"va' and sent["anvil.body.truncated"] is True
+    assert sent["anvil.body.size"] == len(b'{"value": "v"}')
+    bad = anvil("run", str(TINY), "-s", str(FIXTURES / "tiny_service"), "--trace-body-limit",
+                "-1", home=home, cache=cache_dir)
+    assert bad.returncode == 2 and "trace-body-limit" in bad.stderr
