@@ -40,6 +40,8 @@ class ItemResult:
     duration: float
     message: str = ""
     traceback: str = ""
+    # Scoring markers (tier, visibility, requirement, level), defaults filled in by the plugin.
+    markers: dict[str, str] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -146,6 +148,7 @@ class _Progress:
                 duration=float(record.get("duration", 0.0)),
                 message=record.get("message", ""),
                 traceback=record.get("traceback", ""),
+                markers={str(k): str(v) for k, v in (record.get("markers") or {}).items()},
             )
             self.items.append(item)
             if self.on_item is not None:

@@ -1,13 +1,17 @@
 """pytest plugin loaded into the oracle subprocess (``-p engine._oracle_plugin``).
 
-It registers the ``category`` marker, bounds every item by a deadline
+It registers the ``category`` marker and the scoring markers (``tier``,
+``visibility``, ``requirement``, ``level``), bounds every item by a deadline
 (``ANVIL_ITEM_TIMEOUT`` seconds, enforced with SIGALRM so a request blocked
 in ``recv`` is interrupted), and appends JSON lines to ``ANVIL_RESULTS`` as
 things happen, so the engine can stream them:
 
 * ``{"collected": N}`` once collection is done (the engine then requires N items);
 * ``{"start": nodeid, "ts": unix}`` when an item starts (to attribute calls to it);
-* one record per finished item (nodeid, outcome, category, duration, message);
+* one record per finished item (nodeid, outcome, category, markers, duration, message);
+  ``markers`` holds the item's scoring markers with their defaults filled in
+  (``tier`` "base", ``visibility`` "public"; ``requirement`` and ``level`` only
+  when the item carries them);
 * ``{"collect_error": nodeid, "message": ...}`` for a file that does not collect;
 * ``{"finished": exitstatus}`` when the session ends normally.
 
@@ -38,12 +42,25 @@ MESSAGE_LIMIT = 2000
 TRACEBACK_LIMIT = 6000
 
 
+# Registered here so every oracle may use them under --strict-markers; `anvil report` scores
+# by them (engine._metrics).
+SCORING_MARKERS = {
+    "tier(name)": "the oracle round that added the item: base, evolved-r1, evolved-r2, ...",
+    "visibility(name)": "public (shown item by item to candidates) or private",
+    "requirement(id)": "the requirement the item checks (e.g. R3)",
+    "level(name)": "leaf (one endpoint), mid (a chain) or root (a user journey)",
+}
+MARKER_DEFAULTS = {"tier": "base", "visibility": "public"}
+
+
 class ItemTimeout(Exception):
     """Raised inside an oracle item that ran past its deadline."""
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "category(name): the oracle item's category")
+    for name, text in SCORING_MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {text}")
     _start_tracing()
 
 
@@ -141,7 +158,18 @@ def _write(record: dict[str, Any], path: str | None = None) -> None:
         os.close(fd)
 
 
+#: Markers whose value is one of a few words: a typo would score an item in no group.
+MARKER_VALUES = {"visibility": ("public", "private"), "level": ("leaf", "mid", "root")}
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
+    wrong = [f"{item.nodeid}: {name}({value!r}) is not one of {', '.join(allowed)}"
+             for item in session.items for name, allowed in MARKER_VALUES.items()
+             if (value := _markers(item).get(name, allowed[0])) not in allowed]
+    if wrong:  # the oracle does not collect: no verdict rests on a misfiled item
+        for problem in wrong:
+            _write({"collect_error": problem.split(":", 1)[0], "message": problem})
+        raise pytest.UsageError("; ".join(wrong[:5]))
     _write({"collected": len(session.items)})
 
 
@@ -205,6 +233,16 @@ def _category(item: pytest.Item) -> str | None:
     return None
 
 
+def _markers(item: pytest.Item) -> dict[str, str]:
+    """The item's scoring markers (the closest of each), defaults filled in."""
+    found = dict(MARKER_DEFAULTS)
+    for name in ("tier", "visibility", "requirement", "level"):
+        marker = item.get_closest_marker(name)
+        if marker and marker.args:
+            found[name] = str(marker.args[0])
+    return found
+
+
 _state: dict[str, dict[str, Any]] = {}
 
 
@@ -215,8 +253,9 @@ def pytest_runtest_makereport(
     report = yield
     entry = _state.setdefault(
         item.nodeid,
-        {"nodeid": item.nodeid, "category": _category(item), "outcome": "passed",
-         "duration": 0.0, "message": "", "traceback": "", "started": time.time()},
+        {"nodeid": item.nodeid, "category": _category(item), "markers": _markers(item),
+         "outcome": "passed", "duration": 0.0, "message": "", "traceback": "",
+         "started": time.time()},
     )
     entry["duration"] += report.duration
     if report.failed and entry["outcome"] == "passed":

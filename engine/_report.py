@@ -2,7 +2,9 @@
 
 The scoreboard follows the BackendForge method: a task counts as solved by a
 submission only if every oracle item passes; failures are counted by the
-phase that failed and by item category.
+phase that failed and by item category. The finer metrics (cumulative tiers,
+requirements, levels, failure tables) are :mod:`engine._metrics`'s; two runs are
+compared by :func:`render_comparison`.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from ._metrics import PHASES, Change, Metrics, Rate, compare, compute
 from ._store import EvaluationRecord, ItemRecord, RunRecord, Store
 
 Format = Literal["table", "json", "ctrf", "junit"]
@@ -58,6 +61,11 @@ class Scoreboard:
     evaluations: Sequence[EvaluationRecord]
     items: dict[str, list[ItemRecord]]
     tasks: list[TaskScore]
+
+    @property
+    def metrics(self) -> Metrics:
+        """The run's scoring metrics (:mod:`engine._metrics`)."""
+        return compute(self.evaluations, self.items)
 
     @property
     def total(self) -> TaskScore:
@@ -158,6 +166,63 @@ def _print_table(board: Scoreboard, console: Console) -> None:
             escape(", ".join(f"{k} {v}" for k, v in t.by_category.most_common())) or "-",
         )
     console.print(scores)
+    _print_metrics(board.metrics, console)
+
+
+def _rate(rate: Rate | None) -> str:
+    if rate is None or rate.value is None:
+        return "-"
+    return f"{_pct(rate.value)} ({rate.passed}/{rate.total})"
+
+
+def _print_metrics(m: Metrics, console: Console) -> None:
+    """The metrics sections; one whose markers no item carries is one dim line."""
+    excluded = f"{m.errors} error(s) excluded" if m.errors else "no errors"
+    if m.pending:
+        excluded += f", {m.pending} unfinished"
+    summary = Table("metric", "value", title="metrics")
+    summary.add_row("all-pass success (pass@1)", f"{_rate(m.success)}; {excluded}")
+    summary.add_row("item pass rate", _rate(m.items))
+    if m.requirements is not None:
+        summary.add_row("requirement accuracy", _rate(m.requirements))
+        summary.add_row("balanced score (harmonic mean)",
+                        "-" if m.balanced is None else _pct(m.balanced))
+    if m.integration_gap is not None:
+        summary.add_row("integration gap", _rate(m.integration_gap))
+    console.print(summary)
+    if len(m.tiers) > 1:
+        tiers = Table("tier", "items of", "success", title="success by cumulative tier")
+        for t in m.tiers:
+            tiers.add_row(escape(t.label), escape(" + ".join(t.tiers)), _rate(t.success))
+        console.print(tiers)
+        if m.tier_change is not None:
+            console.print(f"relative change base -> final: {100 * m.tier_change:+.1f}%")
+    else:
+        console.print("[dim]tiers: every item is base (no tier markers)[/]")
+    if m.requirements is None:
+        console.print("[dim]requirements: no item has a requirement marker[/]")
+    if m.levels:
+        levels = Table("level", "item pass rate", title="layered scores")
+        for level, rate in m.levels.items():
+            levels.add_row(escape(level), _rate(rate))
+        console.print(levels)
+    else:
+        console.print("[dim]levels: no item has a level marker[/]")
+    if m.category_failures:
+        names = sorted({c for counts in m.category_failures.values() for c in counts})
+        cats = Table("task", "submission", *map(escape, names), "total",
+                     title="failed items by category")
+        for (task, sub), counts in m.category_failures.items():
+            cats.add_row(escape(task), escape(sub), *(str(counts[c]) for c in names),
+                         str(sum(counts.values())))
+        console.print(cats)
+    if m.phase_failures:
+        seen = {p for counts in m.phase_failures.values() for p in counts}
+        columns = [*PHASES, *sorted(seen - {*PHASES, "error"}), "error"]
+        phases = Table("task", *columns, title="failed evaluations by phase")
+        for task, counts in m.phase_failures.items():
+            phases.add_row(escape(task), *(str(counts[p]) for p in columns))
+        console.print(phases)
 
 
 def _score_json(t: TaskScore) -> dict[str, Any]:
@@ -178,18 +243,61 @@ def _as_json(board: Scoreboard) -> dict[str, Any]:
                 "finished_at": run.finished_at.isoformat() if run.finished_at else None},
         "summary": _score_json(board.total),
         "tasks": [_score_json(t) for t in board.tasks],
+        "metrics": board.metrics.to_json(),
         "evaluations": [
             {"evaluation_id": ev.id, "task": ev.task_id, "submission": ev.submission,
              "verdict": ev.verdict, "phase": ev.phase, "reason": ev.reason,
              "items_passed": ev.items_passed, "items_failed": ev.items_failed,
              "items_skipped": ev.items_skipped, "duration_s": ev.duration_s,
              "failed_items": [
-                 {"nodeid": i.nodeid, "category": i.category, "message": i.message}
+                 {"nodeid": i.nodeid, "category": i.category, "markers": i.markers_dict(),
+                  "message": i.message}
                  for i in board.items.get(ev.id, []) if i.outcome not in ("passed", "skipped")
              ]}
             for ev in board.evaluations
         ],
     }
+
+
+def render_comparison(
+    store: Store, run: RunRecord, baseline: RunRecord, fmt: str, console: Console | None = None
+) -> str | None:
+    """What changed verdict from ``baseline`` to ``run`` (regressions first), as ``table``
+    or ``json``; a ``table`` given a ``console`` is printed there instead."""
+    now, before = scoreboard(store, run), scoreboard(store, baseline)
+    changes = compare(now.evaluations, now.items, before.evaluations, before.items)
+    if fmt == "json":
+        counts = Counter(c.kind for c in changes)
+        return json.dumps({
+            "run": run.id, "against": baseline.id,
+            "regressions": counts["regression"], "fixes": counts["fix"],
+            "other": counts["other"], "changes": [c.to_json() for c in changes],
+        }, indent=2) + "\n"
+    if fmt != "table":
+        raise ValueError(fmt)
+    if console is not None:
+        _print_changes(run, baseline, changes, console)
+        return None
+    buffer = io.StringIO()
+    _print_changes(run, baseline, changes, Console(file=buffer, width=WIDE, color_system=None,
+                                                   force_terminal=False, highlight=False))
+    return "\n".join(line.rstrip() for line in buffer.getvalue().splitlines()) + "\n"
+
+
+def _print_changes(run: RunRecord, baseline: RunRecord, changes: list[Change],
+                   console: Console) -> None:
+    counts = Counter(c.kind for c in changes)
+    console.print(f"run [bold]{escape(run.id)}[/] against [bold]{escape(baseline.id)}[/]: "
+                  f"{counts['regression']} regression(s), {counts['fix']} fix(es), "
+                  f"{counts['other']} other change(s)")
+    if not changes:
+        return
+    table = Table("change", "task", "submission", "item", "before", "after")
+    for c in changes:
+        style = {"regression": "red", "fix": "green"}.get(c.kind, "yellow")
+        table.add_row(f"[{style}]{c.kind}[/]", escape(c.task), escape(c.submission),
+                      escape(c.nodeid) if c.nodeid else "(verdict)", c.before, c.after)
+    console.print(table)
 
 
 _CTRF_STATUS = {"passed": "passed", "failed": "failed", "error": "failed", "skipped": "skipped"}

@@ -111,6 +111,18 @@ class ItemRecord(SQLModel, table=True):
     duration_s: float
     message: str = ""
     traceback: str = ""
+    # JSON object of the item's scoring markers (tier, visibility, requirement, level). Rows
+    # an older anvil wrote get "{}" when the column is added (or NULL, written by hand):
+    # `markers_dict` gives them the defaults.
+    markers: str | None = "{}"
+
+    def markers_dict(self) -> dict[str, str]:
+        """The item's markers, defaults filled in: tier ``base``, visibility ``public``."""
+        stored = json.loads(self.markers) if self.markers else {}
+        return {**ITEM_MARKER_DEFAULTS, **{str(k): str(v) for k, v in stored.items()}}
+
+
+ITEM_MARKER_DEFAULTS = {"tier": "base", "visibility": "public"}
 
 
 class SpanRecord(SQLModel, table=True):
@@ -239,6 +251,7 @@ class Store:
                     evaluation_id=ev.evaluation_id, nodeid=item.nodeid, category=item.category,
                     outcome=item.outcome.value, duration_s=item.duration,
                     message=item.message, traceback=item.traceback,
+                    markers=json.dumps(item.markers, sort_keys=True),
                 ))
             elif isinstance(ev, EvaluationFinished):
                 row = session.get(EvaluationRecord, ev.evaluation_id)

@@ -31,8 +31,8 @@ Status = Literal["ok", "fail", "warn", "skip"]
 COLLECT_TIMEOUT = 120.0  # a conftest that hangs at import must not hang the check
 MAX_NAMED = 20  # items named in one warning line before "and N more"
 # Markers pytest itself knows; an oracle may register more in its conftest.
-BUILTIN_MARKERS = ("category", "parametrize", "skip", "skipif", "xfail", "usefixtures",
-                   "filterwarnings")
+BUILTIN_MARKERS = ("category", "tier", "visibility", "requirement", "level", "parametrize",
+                   "skip", "skipif", "xfail", "usefixtures", "filterwarnings")
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from .._errors import AnvilError
-from .._report import Format, render_report
+from .._report import Format, render_comparison, render_report
 from .._store import EvaluationRecord, Store
 from .._traces import export_otlp_json, item_ids, load_trace, resolve, select, waterfall
 from ._app import (
@@ -35,10 +35,26 @@ def report(
     output: Annotated[Path | None, typer.Option(
         "--output", "-o", metavar="FILE",
         help="Write to FILE (its folder is created) instead of stdout.")] = None,
+    against: Annotated[str | None, typer.Option(
+        "--against", metavar="RUN_B",
+        help="Instead, list the tasks and items whose verdict changed from RUN_B to RUN_ID "
+             "(regressions first), matched by task and submission folder name; "
+             "table or json.")] = None,
     home: HomeOpt = Path(".anvil"),
     db: DbOpt = None,
 ) -> None:
-    """Scoreboard of a run: task-level success, item pass rate, failures by category and phase.
+    """Scoreboard of a run, and its metrics (errors are anvil's: left out of every rate):
+
+    \b
+    - all-pass success (pass@1): evaluations with every phase and every item passed
+    - item pass rate: passed items among the judged items of evaluations whose oracle ran
+    - success by cumulative tier: all-pass success with only the items of base, base+R1, ...,
+      final (all tiers), and the relative change from base to final
+    - requirement accuracy: requirements (`requirement` marker) whose items all passed
+    - balanced score: harmonic mean of item pass rate and requirement accuracy
+    - layered scores: item pass rate per `level` marker (leaf, mid, root)
+    - integration gap: evaluations whose leaf items all pass while a mid/root item fails
+    - failed items by category per submission; failed evaluations by phase per task
 
     The table is as wide as the terminal (reasons wrap inside their cell); sent
     to a file or a pipe, each row stays on one line.
@@ -50,10 +66,22 @@ def report(
     record = store.run(run_id)
     if record is None:
         raise fail(f"no run {run_id!r} in {store.url}")
+    baseline = None
+    if against is not None:
+        if format not in ("table", "json"):
+            raise fail(f"--against compares as table or json, not {format}")
+        baseline = store.run(against)
+        if baseline is None:
+            raise fail(f"no run {against!r} in {store.url}")
     if format == "table" and output is None and sys.stdout.isatty():
-        render_report(store, record, "table", Console(highlight=False))
+        console = Console(highlight=False)
+        if baseline is not None:
+            render_comparison(store, record, baseline, "table", console)
+        else:
+            render_report(store, record, "table", console)
         return
-    text = render_report(store, record, format)
+    text = (render_comparison(store, record, baseline, format) if baseline is not None
+            else render_report(store, record, format))
     assert text is not None
     if output is None:
         sys.stdout.write(text)

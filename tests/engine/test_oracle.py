@@ -146,3 +146,15 @@ async def test_the_oracle_log_is_capped_keeping_head_and_tail(tmp_path: Path) ->
     assert len(log) <= 64 * 1024 + 200
     assert "[anvil: log capped at 65536 bytes:" in log
     assert "1 failed" in log.splitlines()[-1]  # the tail: pytest's own last line
+
+
+async def test_a_misspelt_marker_value_means_the_oracle_does_not_collect(tmp_path: Path) -> None:
+    folder = oracle(tmp_path, """
+        import pytest
+
+        @pytest.mark.visibility("privat")
+        def test_a():
+            pass
+    """)
+    with pytest.raises(OracleBroken, match=r"visibility\('privat'\) is not one of public, private"):
+        await run_oracle(folder, NOWHERE, tmp_path, item_timeout=10)
