@@ -54,6 +54,35 @@ def register_and_login() -> User:
     return User(id=user_id, username=username, password=password, token=r.json()["access_token"])
 
 
+def login_headers(user: User) -> dict:
+    """Log `user` in once more and return the headers of the new token."""
+    r = requests.post(
+        f"{BASE_URL}/auth/login",
+        json={"username": user.username, "password": user.password},
+        timeout=10,
+    )
+    assert r.status_code == 200, f"setup: POST /auth/login -> {r.status_code} {r.text}"
+    return {"Authorization": f"Bearer {r.json()['access_token']}"}
+
+
+def logout(headers: dict) -> None:
+    """Log the token in `headers` out, requiring 204."""
+    r = requests.post(f"{BASE_URL}/auth/logout", headers=headers, timeout=10)
+    assert r.status_code == 204, f"setup: POST /auth/logout -> {r.status_code} {r.text}"
+
+
+@pytest.fixture
+def login_again():
+    """Helper: log a user in once more, return the new token's headers."""
+    return login_headers
+
+
+@pytest.fixture
+def log_out():
+    """Helper: log the token in the given headers out (requires 204)."""
+    return logout
+
+
 @pytest.fixture
 def make_user():
     """Factory: register a fresh user, log in, return it (with .headers)."""

@@ -127,8 +127,8 @@ def test_activity_event_shape(alice, make_project, make_task):
     events = r.json()
     assert isinstance(events, list) and len(events) == 2, events
     created = events[1]
-    for field in ("id", "project_id", "type", "task_id", "from_status", "to_status", "created_at"):
-        assert field in created, f"event lacks {field!r}: {created}"
+    fields = {"id", "project_id", "type", "task_id", "from_status", "to_status", "created_at"}
+    assert fields <= set(created), f"event lacks {sorted(fields - set(created))}: {created}"
     assert isinstance(created["id"], int), created
     assert created["project_id"] == project["id"], created
     assert created["type"] == "task_created", created
@@ -138,28 +138,133 @@ def test_activity_event_shape(alice, make_project, make_task):
 
 
 @pytest.mark.category("api_surface")
-def test_deletes_answer_204_with_empty_body(alice, make_project, make_task):
-    """DELETE /tasks/{id} and DELETE /projects/{id} answer 204 with no body."""
+def test_create_project_description_defaults_to_empty(alice):
+    """POST /projects without a description answers a Project whose description is ""."""
+    r = requests.post(f"{BASE_URL}/projects", json={"name": "No description"}, headers=alice.headers, timeout=10)
+    assert r.status_code == 201, r.text
+    assert r.json().get("description") == "", r.text
+
+
+@pytest.mark.category("api_surface")
+def test_list_projects_returns_project_objects(alice, make_project):
+    """GET /projects answers 200 with a JSON array of Project objects."""
+    project = make_project(alice)
+    r = requests.get(f"{BASE_URL}/projects", headers=alice.headers, timeout=10)
+    assert r.status_code == 200, r.text
+    assert r.json() == [project], r.text
+
+
+@pytest.mark.category("api_surface")
+def test_list_tasks_returns_task_objects(alice, make_project, make_task):
+    """GET /projects/{id}/tasks answers 200 with a JSON array of Task objects."""
+    project = make_project(alice)
+    task = make_task(alice, project["id"])
+    r = requests.get(f"{BASE_URL}/projects/{project['id']}/tasks", headers=alice.headers, timeout=10)
+    assert r.status_code == 200, r.text
+    assert r.json() == [task], r.text
+
+
+@pytest.mark.category("api_surface")
+def test_patch_project_returns_the_project(alice, make_project):
+    """PATCH /projects/{id} answers 200 with the whole updated Project."""
+    project = make_project(alice)
+    r = requests.patch(
+        f"{BASE_URL}/projects/{project['id']}", json={"name": "Renamed"}, headers=alice.headers, timeout=10
+    )
+    assert r.status_code == 200, r.text
+    assert r.json() == {**project, "name": "Renamed"}, r.text
+
+
+@pytest.mark.category("api_surface")
+def test_patch_task_returns_the_task(alice, make_project, make_task):
+    """PATCH /tasks/{id} answers 200 with the whole updated Task."""
+    project = make_project(alice)
+    task = make_task(alice, project["id"])
+    r = requests.patch(f"{BASE_URL}/tasks/{task['id']}", json={"priority": "low"}, headers=alice.headers, timeout=10)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert set(body) == set(task), f"fields differ from the Task object: {sorted(body)}"
+    assert body["priority"] == "low" and body["id"] == task["id"], body
+    assert_datetime(body.get("updated_at"), "task.updated_at")
+
+
+@pytest.mark.category("api_surface")
+def test_status_changed_event_shape(alice, make_project, make_task):
+    """A status_changed event names the task and carries from_status and to_status."""
+    project = make_project(alice)
+    task = make_task(alice, project["id"])
+    r = requests.patch(
+        f"{BASE_URL}/tasks/{task['id']}", json={"status": "in_progress"}, headers=alice.headers, timeout=10
+    )
+    assert r.status_code == 200, r.text
+    r = requests.get(f"{BASE_URL}/projects/{project['id']}/activity", headers=alice.headers, timeout=10)
+    event = r.json()[-1]
+    assert event["type"] == "status_changed", event
+    assert (event["task_id"], event["from_status"], event["to_status"]) == (task["id"], "todo", "in_progress"), event
+    assert_datetime(event["created_at"], "event.created_at")
+
+
+@pytest.mark.category("api_surface")
+def test_responses_are_json(alice):
+    """Responses with a body are application/json."""
+    r = requests.get(f"{BASE_URL}/me", headers=alice.headers, timeout=10)
+    assert r.status_code == 200, r.text
+    assert r.headers.get("content-type", "").startswith("application/json"), r.headers
+
+
+@pytest.mark.category("api_surface")
+def test_delete_task_answers_204_with_empty_body(alice, make_project, make_task):
+    """DELETE /tasks/{id} answers 204 with no body."""
     project = make_project(alice)
     task = make_task(alice, project["id"])
     r = requests.delete(f"{BASE_URL}/tasks/{task['id']}", headers=alice.headers, timeout=10)
     assert r.status_code == 204, r.text
     assert r.content == b"", f"204 must have an empty body, got {r.content!r}"
+
+
+@pytest.mark.category("api_surface")
+def test_delete_project_answers_204_with_empty_body(alice, make_project):
+    """DELETE /projects/{id} answers 204 with no body."""
+    project = make_project(alice)
     r = requests.delete(f"{BASE_URL}/projects/{project['id']}", headers=alice.headers, timeout=10)
     assert r.status_code == 204, r.text
     assert r.content == b"", f"204 must have an empty body, got {r.content!r}"
 
 
 @pytest.mark.category("api_surface")
-def test_unknown_ids_answer_404(alice):
-    """Unknown project and task ids answer 404."""
-    missing = 987654321
-    for method, path in [
-        ("GET", f"/projects/{missing}"),
-        ("GET", f"/projects/{missing}/tasks"),
-        ("GET", f"/projects/{missing}/activity"),
-        ("GET", f"/tasks/{missing}"),
-        ("DELETE", f"/tasks/{missing}"),
-    ]:
-        r = requests.request(method, f"{BASE_URL}{path}", headers=alice.headers, timeout=10)
-        assert r.status_code == 404, f"{method} {path}: {r.status_code} {r.text}"
+def test_logout_answers_204_with_empty_body(alice):
+    """POST /auth/logout answers 204 with no body."""
+    r = requests.post(f"{BASE_URL}/auth/logout", headers=alice.headers, timeout=10)
+    assert r.status_code == 204, r.text
+    assert r.content == b"", f"204 must have an empty body, got {r.content!r}"
+
+
+@pytest.mark.category("api_surface")
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("GET", "/projects/{missing}", None),
+        ("PATCH", "/projects/{missing}", {"name": "x"}),
+        ("DELETE", "/projects/{missing}", None),
+        ("GET", "/projects/{missing}/tasks", None),
+        ("POST", "/projects/{missing}/tasks", {"title": "x"}),
+        ("GET", "/projects/{missing}/activity", None),
+        ("GET", "/tasks/{missing}", None),
+        ("PATCH", "/tasks/{missing}", {"title": "x"}),
+        ("DELETE", "/tasks/{missing}", None),
+    ],
+    ids=["GET-project", "PATCH-project", "DELETE-project", "GET-project-tasks", "POST-project-tasks",
+         "GET-project-activity", "GET-task", "PATCH-task", "DELETE-task"],
+)
+def test_unknown_id_is_404(method, path, body, alice):
+    """Unknown project and task ids answer 404 on every route that takes one."""
+    url = BASE_URL + path.format(missing=987654321)
+    r = requests.request(method, url, json=body, headers=alice.headers, timeout=10)
+    assert r.status_code == 404, f"{method} {path}: {r.status_code} {r.text}"
+
+
+@pytest.mark.category("api_surface")
+def test_unknown_route_is_404(alice):
+    """A route the API does not have answers 404."""
+    r = requests.get(f"{BASE_URL}/no-such-route", headers=alice.headers, timeout=10)
+    assert r.status_code == 404, f"{r.status_code} {r.text}"

@@ -1,4 +1,8 @@
-"""Side effects: project counters and the per-project activity feed."""
+"""Side effects: project counters and the per-project activity feed.
+
+Items here send a request and check its effect on the feed or the counters; the status code
+of a rejected request belongs to the validation, workflow and authorization items.
+"""
 
 import os
 
@@ -24,6 +28,14 @@ def summary(events):
     return [(e["type"], e["task_id"], e["from_status"], e["to_status"]) for e in events]
 
 
+def delete_task(user, task_id):
+    r = requests.delete(f"{BASE_URL}/tasks/{task_id}", headers=user.headers, timeout=10)
+    assert r.status_code == 204, f"DELETE task: {r.status_code} {r.text}"
+
+
+# ---------------------------------------------------------------- the feed
+
+
 @pytest.mark.category("side_effects")
 def test_new_project_feed_has_project_created(alice, make_project):
     """A new project's feed holds exactly one project_created event with task_id null."""
@@ -34,6 +46,47 @@ def test_new_project_feed_has_project_created(alice, make_project):
 
 
 @pytest.mark.category("side_effects")
+def test_task_create_records_task_created(alice, make_project, make_task):
+    """Creating a task appends one task_created event naming the task."""
+    project = make_project(alice)
+    task = make_task(alice, project["id"])
+    assert summary(feed(alice, project["id"]))[1:] == [("task_created", task["id"], None, None)]
+
+
+@pytest.mark.category("side_effects")
+@pytest.mark.parametrize(
+    ("path", "last"),
+    [
+        (["in_progress"], ("todo", "in_progress")),
+        (["in_progress", "done"], ("in_progress", "done")),
+        (["in_progress", "todo"], ("in_progress", "todo")),
+    ],
+    ids=["todo->in_progress", "in_progress->done", "in_progress->todo"],
+)
+def test_transition_records_status_changed(path, last, alice, make_project, make_task, set_status):
+    """Each allowed transition appends one status_changed event with from_status and to_status."""
+    project = make_project(alice)
+    task = make_task(alice, project["id"])
+    for status in path:
+        set_status(alice, task["id"], status)
+    events = summary(feed(alice, project["id"]))
+    assert len(events) == 2 + len(path), events
+    assert events[-1] == ("status_changed", task["id"], *last), events
+
+
+@pytest.mark.category("side_effects")
+def test_task_delete_records_task_deleted(alice, make_project, make_task):
+    """Deleting a task appends one task_deleted event naming the task."""
+    project = make_project(alice)
+    task = make_task(alice, project["id"])
+    delete_task(alice, task["id"])
+    assert summary(feed(alice, project["id"]))[1:] == [
+        ("task_created", task["id"], None, None),
+        ("task_deleted", task["id"], None, None),
+    ]
+
+
+@pytest.mark.category("side_effects")
 def test_task_lifecycle_events_in_order(alice, make_project, make_task, set_status):
     """Create, two transitions and delete record task_created, status_changed x2, task_deleted, oldest first."""
     project = make_project(alice)
@@ -41,8 +94,7 @@ def test_task_lifecycle_events_in_order(alice, make_project, make_task, set_stat
     tid = task["id"]
     set_status(alice, tid, "in_progress")
     set_status(alice, tid, "done")
-    r = requests.delete(f"{BASE_URL}/tasks/{tid}", headers=alice.headers, timeout=10)
-    assert r.status_code == 204, r.text
+    delete_task(alice, tid)
     events = feed(alice, project["id"])
     assert summary(events) == [
         ("project_created", None, None, None),
@@ -51,47 +103,28 @@ def test_task_lifecycle_events_in_order(alice, make_project, make_task, set_stat
         ("status_changed", tid, "in_progress", "done"),
         ("task_deleted", tid, None, None),
     ], events
-    ids = [e["id"] for e in events]
-    assert ids == sorted(ids) and len(set(ids)) == len(ids), f"event ids must increase: {ids}"
 
 
 @pytest.mark.category("side_effects")
-def test_edits_and_reads_record_no_event(alice, make_project, make_task):
-    """Field edits, same-status PATCHes, project PATCHes and reads add nothing to the feed."""
+def test_event_ids_increase(alice, make_project, make_task, set_status):
+    """Event ids are distinct and increase in feed order."""
     project = make_project(alice)
-    task = make_task(alice, project["id"])
-    before = feed(alice, project["id"])
-    url = f"{BASE_URL}/tasks/{task['id']}"
-    for body in ({"title": "Renamed"}, {"priority": "high", "description": "d"}, {"status": "todo"}):
-        r = requests.patch(url, json=body, headers=alice.headers, timeout=10)
-        assert r.status_code == 200, f"PATCH {body}: {r.status_code} {r.text}"
-    r = requests.patch(
-        f"{BASE_URL}/projects/{project['id']}", json={"name": "Renamed project"}, headers=alice.headers, timeout=10
-    )
-    assert r.status_code == 200, r.text
-    requests.get(url, headers=alice.headers, timeout=10)
-    requests.get(f"{BASE_URL}/projects/{project['id']}/tasks", headers=alice.headers, timeout=10)
-    after = feed(alice, project["id"])
-    assert after == before, f"feed changed without a recorded operation:\nbefore={before}\nafter={after}"
+    first = make_task(alice, project["id"])
+    make_task(alice, project["id"])
+    set_status(alice, first["id"], "in_progress")
+    ids = [e["id"] for e in feed(alice, project["id"])]
+    assert len(ids) == 4 and ids == sorted(ids) and len(set(ids)) == len(ids), f"event ids must increase: {ids}"
 
 
 @pytest.mark.category("side_effects")
-def test_failed_requests_record_no_event(alice, make_project, make_task):
-    """A rejected transition (409) or an invalid body (422) adds nothing to the feed."""
-    project = make_project(alice)
-    task = make_task(alice, project["id"])
-    before = feed(alice, project["id"])
-    url = f"{BASE_URL}/tasks/{task['id']}"
-    r = requests.patch(url, json={"status": "done"}, headers=alice.headers, timeout=10)
-    assert r.status_code == 409, f"todo -> done: {r.status_code} {r.text}"
-    r = requests.patch(url, json={"status": "bogus"}, headers=alice.headers, timeout=10)
-    assert r.status_code == 422, f"bogus status: {r.status_code} {r.text}"
-    r = requests.post(
-        f"{BASE_URL}/projects/{project['id']}/tasks", json={"title": ""}, headers=alice.headers, timeout=10
-    )
-    assert r.status_code == 422, f"empty title: {r.status_code} {r.text}"
-    after = feed(alice, project["id"])
-    assert after == before, f"a failed request recorded activity:\nbefore={before}\nafter={after}"
+def test_feed_holds_only_its_projects_events(alice, make_project, make_task):
+    """Events of one project do not appear in another project's feed."""
+    mine = make_project(alice)
+    other = make_project(alice)
+    make_task(alice, other["id"])
+    events = feed(alice, mine["id"])
+    assert summary(events) == [("project_created", None, None, None)], events
+    assert all(e["project_id"] == mine["id"] for e in events), events
 
 
 @pytest.mark.category("side_effects")
@@ -100,8 +133,7 @@ def test_feed_keeps_events_of_deleted_task(alice, make_project, make_task):
     project = make_project(alice)
     gone = make_task(alice, project["id"])
     kept = make_task(alice, project["id"])
-    r = requests.delete(f"{BASE_URL}/tasks/{gone['id']}", headers=alice.headers, timeout=10)
-    assert r.status_code == 204, r.text
+    delete_task(alice, gone["id"])
     assert summary(feed(alice, project["id"])) == [
         ("project_created", None, None, None),
         ("task_created", gone["id"], None, None),
@@ -110,40 +142,152 @@ def test_feed_keeps_events_of_deleted_task(alice, make_project, make_task):
     ]
 
 
-@pytest.mark.category("side_effects")
-def test_counters_follow_creates_and_transitions(alice, make_project, make_task, set_status):
-    """task_count counts tasks and done_count counts done tasks, as tasks are created and finished."""
-    project = make_project(alice)
-    pid = project["id"]
-    tasks = [make_task(alice, pid) for _ in range(3)]
-    assert counters(alice, pid) == (3, 0)
-    set_status(alice, tasks[0]["id"], "in_progress")
-    assert counters(alice, pid) == (3, 0), "in_progress is not done"
-    set_status(alice, tasks[0]["id"], "done")
-    set_status(alice, tasks[2]["id"], "in_progress")
-    set_status(alice, tasks[2]["id"], "done")
-    assert counters(alice, pid) == (3, 2)
-    set_status(alice, tasks[1]["id"], "in_progress")
-    set_status(alice, tasks[1]["id"], "todo")
-    assert counters(alice, pid) == (3, 2)
+# ---------------------------------------------------------------- what records no event
 
 
 @pytest.mark.category("side_effects")
-def test_counters_follow_deletes(alice, make_project, make_task, set_status):
-    """Deleting a done task lowers task_count and done_count; deleting a todo task lowers task_count only."""
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/tasks/{task}", {"title": "Renamed"}),
+        ("/tasks/{task}", {"priority": "high", "description": "d"}),
+        ("/tasks/{task}", {"status": "todo"}),
+        ("/tasks/{task}", {}),
+        ("/projects/{project}", {"name": "Renamed project"}),
+    ],
+    ids=["task-title", "task-priority-description", "same-status", "task-empty", "project-name"],
+)
+def test_edit_records_no_event(path, body, alice, make_project, make_task):
+    """Field edits, same-status PATCHes and project PATCHes add nothing to the feed."""
     project = make_project(alice)
-    pid = project["id"]
-    done = make_task(alice, pid)
-    todo = make_task(alice, pid)
+    task = make_task(alice, project["id"])
+    before = feed(alice, project["id"])
+    url = BASE_URL + path.format(task=task["id"], project=project["id"])
+    requests.patch(url, json=body, headers=alice.headers, timeout=10)
+    after = feed(alice, project["id"])
+    assert after == before, f"PATCH {body} recorded activity:\nbefore={before}\nafter={after}"
+
+
+@pytest.mark.category("side_effects")
+def test_reads_record_no_event(alice, make_project, make_task):
+    """Reading the project, its tasks, a task and the feed adds nothing to the feed."""
+    project = make_project(alice)
+    task = make_task(alice, project["id"])
+    before = feed(alice, project["id"])
+    for path in (f"/projects/{project['id']}", f"/projects/{project['id']}/tasks", f"/tasks/{task['id']}", "/projects"):
+        requests.get(f"{BASE_URL}{path}", headers=alice.headers, timeout=10)
+    after = feed(alice, project["id"])
+    assert after == before, f"a read recorded activity:\nbefore={before}\nafter={after}"
+
+
+@pytest.mark.category("side_effects")
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("PATCH", "/tasks/{task}", {"status": "done"}),
+        ("PATCH", "/tasks/{task}", {"status": "bogus"}),
+        ("POST", "/projects/{project}/tasks", {"title": ""}),
+        ("POST", "/projects/{project}/tasks", {"title": "ok", "priority": "urgent"}),
+    ],
+    ids=["forbidden-transition", "unknown-status", "empty-title", "unknown-priority"],
+)
+def test_failed_request_records_no_event(method, path, body, alice, make_project, make_task):
+    """A rejected transition or an invalid body adds nothing to the feed."""
+    project = make_project(alice)
+    task = make_task(alice, project["id"])
+    before = feed(alice, project["id"])
+    url = BASE_URL + path.format(task=task["id"], project=project["id"])
+    requests.request(method, url, json=body, headers=alice.headers, timeout=10)
+    after = feed(alice, project["id"])
+    assert after == before, f"{method} {path} {body} recorded activity:\nbefore={before}\nafter={after}"
+
+
+@pytest.mark.category("side_effects")
+def test_other_users_task_create_records_no_event(alice, bob, make_project):
+    """Another user's attempt to create a task in the project adds nothing to its feed."""
+    project = make_project(alice)
+    before = feed(alice, project["id"])
+    requests.post(
+        f"{BASE_URL}/projects/{project['id']}/tasks", json={"title": "Sneaky"}, headers=bob.headers, timeout=10
+    )
+    assert feed(alice, project["id"]) == before
+
+
+# ---------------------------------------------------------------- counters
+
+
+@pytest.mark.category("side_effects")
+def test_task_create_raises_task_count(alice, make_project, make_task):
+    """Each created task adds 1 to task_count and nothing to done_count."""
+    project = make_project(alice)
+    seen = []
+    for _ in range(3):
+        make_task(alice, project["id"])
+        seen.append(counters(alice, project["id"]))
+    assert seen == [(1, 0), (2, 0), (3, 0)], f"(task_count, done_count) after each create: {seen}"
+
+
+@pytest.mark.category("side_effects")
+def test_in_progress_is_not_counted_done(alice, make_project, make_task, set_status):
+    """Moving a task to in_progress leaves done_count at 0."""
+    project = make_project(alice)
+    task = make_task(alice, project["id"])
+    set_status(alice, task["id"], "in_progress")
+    assert counters(alice, project["id"]) == (1, 0)
+
+
+@pytest.mark.category("side_effects")
+def test_finishing_a_task_raises_done_count(alice, make_project, make_task, set_status):
+    """Moving a task into done adds 1 to done_count; task_count stays."""
+    project = make_project(alice)
+    task = make_task(alice, project["id"])
+    make_task(alice, project["id"])
+    set_status(alice, task["id"], "in_progress")
+    set_status(alice, task["id"], "done")
+    assert counters(alice, project["id"]) == (2, 1)
+
+
+@pytest.mark.category("side_effects")
+def test_back_to_todo_keeps_counters(alice, make_project, make_task, set_status):
+    """in_progress -> todo changes neither counter."""
+    project = make_project(alice)
+    task = make_task(alice, project["id"])
+    set_status(alice, task["id"], "in_progress")
+    set_status(alice, task["id"], "todo")
+    assert counters(alice, project["id"]) == (1, 0)
+
+
+@pytest.mark.category("side_effects")
+def test_deleting_a_done_task_lowers_both_counters(alice, make_project, make_task, set_status):
+    """Deleting a done task subtracts 1 from task_count and from done_count."""
+    project = make_project(alice)
+    done = make_task(alice, project["id"])
+    make_task(alice, project["id"])
     set_status(alice, done["id"], "in_progress")
     set_status(alice, done["id"], "done")
-    assert counters(alice, pid) == (2, 1)
-    r = requests.delete(f"{BASE_URL}/tasks/{done['id']}", headers=alice.headers, timeout=10)
-    assert r.status_code == 204, r.text
-    assert counters(alice, pid) == (1, 0)
-    r = requests.delete(f"{BASE_URL}/tasks/{todo['id']}", headers=alice.headers, timeout=10)
-    assert r.status_code == 204, r.text
-    assert counters(alice, pid) == (0, 0)
+    delete_task(alice, done["id"])
+    assert counters(alice, project["id"]) == (1, 0)
+
+
+@pytest.mark.category("side_effects")
+def test_deleting_an_open_task_lowers_task_count_only(alice, make_project, make_task, set_status):
+    """Deleting a task that is not done subtracts 1 from task_count only."""
+    project = make_project(alice)
+    done = make_task(alice, project["id"])
+    todo = make_task(alice, project["id"])
+    set_status(alice, done["id"], "in_progress")
+    set_status(alice, done["id"], "done")
+    delete_task(alice, todo["id"])
+    assert counters(alice, project["id"]) == (1, 1)
+
+
+@pytest.mark.category("side_effects")
+def test_rejected_transition_keeps_counters(alice, make_project, make_task):
+    """A todo -> done attempt (not allowed) leaves done_count at 0."""
+    project = make_project(alice)
+    task = make_task(alice, project["id"])
+    requests.patch(f"{BASE_URL}/tasks/{task['id']}", json={"status": "done"}, headers=alice.headers, timeout=10)
+    assert counters(alice, project["id"]) == (1, 0)
 
 
 @pytest.mark.category("side_effects")

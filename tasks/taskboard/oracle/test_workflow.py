@@ -19,68 +19,96 @@ def status_of(user, task_id):
     return r.json()["status"]
 
 
-@pytest.mark.category("workflow")
-def test_forward_path_todo_in_progress_done(alice, make_project, make_task):
-    """todo -> in_progress -> done are allowed and each PATCH answers 200 with the new status."""
+WALK = {"todo": [], "in_progress": ["in_progress"], "done": ["in_progress", "done"]}
+
+
+def task_in(status, alice, make_project, make_task, set_status):
+    """A fresh task of alice's, walked along the workflow into `status`."""
     project = make_project(alice)
     task = make_task(alice, project["id"])
-    r = patch(alice, task["id"], {"status": "in_progress"})
-    assert r.status_code == 200, r.text
-    assert r.json()["status"] == "in_progress", r.text
-    r = patch(alice, task["id"], {"status": "done"})
-    assert r.status_code == 200, r.text
-    assert r.json()["status"] == "done", r.text
+    for step in WALK[status]:
+        set_status(alice, task["id"], step)
+    return task
+
+
+@pytest.mark.category("workflow")
+@pytest.mark.parametrize(
+    ("start", "target"),
+    [("todo", "in_progress"), ("in_progress", "done"), ("in_progress", "todo")],
+    ids=["todo->in_progress", "in_progress->done", "in_progress->todo"],
+)
+def test_allowed_transition(start, target, alice, make_project, make_task, set_status):
+    """An allowed transition answers 200 with the new status, and the task keeps it."""
+    task = task_in(start, alice, make_project, make_task, set_status)
+    r = patch(alice, task["id"], {"status": target})
+    assert r.status_code == 200, f"{start} -> {target}: {r.status_code} {r.text}"
+    assert r.json()["status"] == target, r.text
+    assert status_of(alice, task["id"]) == target
+
+
+@pytest.mark.category("workflow")
+@pytest.mark.parametrize(
+    ("start", "target"),
+    [("todo", "done"), ("done", "todo"), ("done", "in_progress")],
+    ids=["todo->done", "done->todo", "done->in_progress"],
+)
+def test_forbidden_transition_is_409(start, target, alice, make_project, make_task, set_status):
+    """A transition outside the workflow answers 409 and the task keeps its status."""
+    task = task_in(start, alice, make_project, make_task, set_status)
+    r = patch(alice, task["id"], {"status": target})
+    assert r.status_code == 409, f"{start} -> {target}: {r.status_code} {r.text}"
+    assert status_of(alice, task["id"]) == start
+
+
+@pytest.mark.category("workflow")
+@pytest.mark.parametrize("status", ["todo", "in_progress", "done"])
+def test_same_status_is_not_a_transition(status, alice, make_project, make_task, set_status):
+    """PATCH with the current status answers 200 and applies the other fields, also for done."""
+    task = task_in(status, alice, make_project, make_task, set_status)
+    r = patch(alice, task["id"], {"status": status, "title": "Same status"})
+    assert r.status_code == 200, f"{status} -> {status}: {r.status_code} {r.text}"
+    assert (r.json()["status"], r.json()["title"]) == (status, "Same status"), r.text
+
+
+@pytest.mark.category("workflow")
+def test_full_forward_path(alice, make_project, make_task):
+    """todo -> in_progress -> done walks the whole workflow in two PATCHes."""
+    project = make_project(alice)
+    task = make_task(alice, project["id"])
+    codes = [patch(alice, task["id"], {"status": target}).status_code for target in ("in_progress", "done")]
+    assert codes == [200, 200], f"todo -> in_progress -> done: {codes}"
     assert status_of(alice, task["id"]) == "done"
 
 
 @pytest.mark.category("workflow")
-def test_todo_cannot_jump_to_done(alice, make_project, make_task):
-    """todo -> done answers 409 and the task stays todo."""
+def test_task_can_be_restarted_after_going_back(alice, make_project, make_task, set_status):
+    """After in_progress -> todo the task can be started and finished again."""
+    task = task_in("in_progress", alice, make_project, make_task, set_status)
+    set_status(alice, task["id"], "todo")
+    codes = [patch(alice, task["id"], {"status": target}).status_code for target in ("in_progress", "done")]
+    assert codes == [200, 200], f"todo -> in_progress -> done after going back: {codes}"
+
+
+@pytest.mark.category("workflow")
+def test_transition_of_deleted_task_is_404_not_409(alice, make_project, make_task):
+    """A forbidden transition on a deleted task answers 404 (404 wins over 409)."""
     project = make_project(alice)
     task = make_task(alice, project["id"])
+    r = requests.delete(f"{BASE_URL}/tasks/{task['id']}", headers=alice.headers, timeout=10)
+    assert r.status_code == 204, r.text
     r = patch(alice, task["id"], {"status": "done"})
-    assert r.status_code == 409, f"{r.status_code} {r.text}"
-    assert status_of(alice, task["id"]) == "todo"
+    assert r.status_code == 404, f"{r.status_code} {r.text}"
 
 
 @pytest.mark.category("workflow")
-def test_done_is_final(alice, make_project, make_task, set_status):
-    """done -> todo and done -> in_progress answer 409 and the task stays done."""
+def test_transition_and_field_edit_apply_together(alice, make_project, make_task):
+    """An allowed transition in a PATCH that also sets the title applies both."""
     project = make_project(alice)
     task = make_task(alice, project["id"])
-    set_status(alice, task["id"], "in_progress")
-    set_status(alice, task["id"], "done")
-    for target in ("todo", "in_progress"):
-        r = patch(alice, task["id"], {"status": target})
-        assert r.status_code == 409, f"done -> {target}: {r.status_code} {r.text}"
-    assert status_of(alice, task["id"]) == "done"
-
-
-@pytest.mark.category("workflow")
-def test_in_progress_can_go_back_to_todo(alice, make_project, make_task, set_status):
-    """in_progress -> todo is allowed, and the task can be started again afterwards."""
-    project = make_project(alice)
-    task = make_task(alice, project["id"])
-    set_status(alice, task["id"], "in_progress")
-    r = patch(alice, task["id"], {"status": "todo"})
+    r = patch(alice, task["id"], {"status": "in_progress", "title": "Started"})
     assert r.status_code == 200, r.text
-    assert r.json()["status"] == "todo", r.text
-    r = patch(alice, task["id"], {"status": "in_progress"})
-    assert r.status_code == 200, r.text
-
-
-@pytest.mark.category("workflow")
-def test_same_status_is_not_a_transition(alice, make_project, make_task, set_status):
-    """PATCH with the current status answers 200, also for done (no transition happens)."""
-    project = make_project(alice)
-    task = make_task(alice, project["id"])
-    r = patch(alice, task["id"], {"status": "todo"})
-    assert r.status_code == 200, f"todo -> todo: {r.status_code} {r.text}"
-    set_status(alice, task["id"], "in_progress")
-    set_status(alice, task["id"], "done")
-    r = patch(alice, task["id"], {"status": "done", "title": "Still done"})
-    assert r.status_code == 200, f"done -> done: {r.status_code} {r.text}"
-    assert r.json()["title"] == "Still done" and r.json()["status"] == "done", r.text
+    r = requests.get(f"{BASE_URL}/tasks/{task['id']}", headers=alice.headers, timeout=10)
+    assert (r.json()["status"], r.json()["title"]) == ("in_progress", "Started"), r.text
 
 
 @pytest.mark.category("workflow")
