@@ -455,6 +455,8 @@ async def _until_exit(
     if failed:
         raise failed[0]
     if not outcome and ended:
+        if ended[0].harness:
+            raise HarnessError(f"service {ended[0].reason} {when}")
         raise ServiceExited(f"service {ended[0].reason} {when}", ended[0].returncode, phase)
     return outcome[0]
 

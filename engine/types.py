@@ -43,10 +43,15 @@ class Outcome(enum.StrEnum):
 
 @dataclass(frozen=True)
 class ExitInfo:
-    """How a service ended: ``reason`` is short and user-facing (``exited 1``, ``oom``)."""
+    """How a service ended: ``reason`` is short and user-facing (``exited 1``, ``oom``).
+
+    ``harness`` is set when the runtime, not the service, ended it (the Docker daemon
+    went away): the evaluation is then anvil's retried ``error``, never a ``fail``.
+    """
 
     returncode: int | None
     reason: str
+    harness: bool = False
 
 
 @dataclass(frozen=True)

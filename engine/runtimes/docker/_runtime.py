@@ -96,6 +96,10 @@ class DockerInstance:
     logs_done: anyio.Event = field(default_factory=anyio.Event)
     oom: bool = False
     stopped: bool = False
+    #: Says why the daemon, not the service, ended the container (None: the service did).
+    daemon_check: Callable[[DockerInstance], Awaitable[str | None]] | None = None
+    epoch: int = 0  # the runtime's events-stream epoch when the container started
+    killed: str = ""  # set when something but anvil killed the container through Docker
 
     def mark_exited(self, info: ExitInfo) -> None:
         if self._exit is None:
@@ -116,6 +120,10 @@ class DockerInstance:
         with anyio.move_on_after(2.0):
             await self.logs_done.wait()
         assert self._exit is not None
+        if self.daemon_check is not None and not self.stopped and not self._exit.harness:
+            why = await self.daemon_check(self)
+            if why is not None:
+                self._exit = ExitInfo(self._exit.returncode, why, harness=True)
         return self._exit
 
     def diagnose(self) -> str:
@@ -193,6 +201,7 @@ class DockerRuntime:
         self._build_locks: dict[str, anyio.Lock] = {}
         self._events_ready = anyio.Event()
         self._gateway = "172.17.0.1"  # Docker's default bridge; read from the daemon on entry
+        self._epoch = 0  # events-stream breaks so far
 
     @property
     def listen_host(self) -> str:
@@ -255,7 +264,7 @@ class DockerRuntime:
     ) -> None:
         """Follow die/oom events of our containers; resubscribe if the stream breaks."""
         assert self.docker is not None
-        filters = json.dumps({"type": ["container"], "event": ["die", "oom"],
+        filters = json.dumps({"type": ["container"], "event": ["die", "oom", "kill"],
                               "label": [f"{OWNER_LABEL}={self.owner}"]})
         started = False
         since: str | None = None
@@ -281,12 +290,30 @@ class DockerRuntime:
                 while True:
                     event = await subscriber.get()
                     if event is None:
+                        self._epoch += 1  # the daemon may be going away, or restarted
                         break  # stream ended: reconnect
                     if event.get("timeNano"):
                         since = f"{int(event['timeNano']) / 1e9:.9f}"
                     self._on_event(event)
                 tg.cancel_scope.cancel()
             await anyio.sleep(0.5)
+
+    async def _daemon_ended(self, instance: DockerInstance) -> str | None:
+        """Why a container that died was ended by Docker rather than by its service, or
+        None: it was killed through the API by someone but anvil (a daemon shutting down
+        stops every container), its die came over an events stream that broke meanwhile
+        (replayed after a reconnect), or the daemon does not answer now."""
+        if instance.killed:
+            return instance.killed
+        if self._epoch != instance.epoch:
+            return "ended while the Docker daemon's event stream was broken"
+        assert self.docker is not None
+        docker = self.docker
+        try:
+            await call("ping", docker.version, per_attempt=2.0, attempts=1)
+        except (HarnessError, DockerError):
+            return "ended while the Docker daemon did not answer"
+        return None
 
     def _on_event(self, event: dict[str, Any]) -> None:
         actor = event.get("Actor") or {}
@@ -296,6 +323,11 @@ class DockerRuntime:
         action = event.get("Action") or event.get("status")
         if action == "oom":
             instance.oom = True
+        elif action == "kill" and not instance.stopped:
+            # Only the Docker API kills a container (a process signalling itself makes no
+            # event): the daemon shutting down, or an operator, not the service.
+            signal_ = (actor.get("Attributes") or {}).get("signal", "?")
+            instance.killed = f"was killed through the Docker API (signal {signal_})"
         elif action == "die":
             code = int((actor.get("Attributes") or {}).get("exitCode", -1))
             reason = "oom" if instance.oom else (
@@ -443,7 +475,8 @@ class DockerRuntime:
             except DockerError as exc:
                 raise HarnessError(f"Docker API create {name}: {exc.message}") from exc
             instance = DockerInstance(container.id, name, request.port,
-                                      log_path=request.log_path)
+                                      log_path=request.log_path,
+                                      daemon_check=self._daemon_ended, epoch=self._epoch)
             self._instances[container.id] = instance  # before start: a die may follow at once
         try:
             try:
