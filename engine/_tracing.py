@@ -27,6 +27,7 @@ under the evaluation its trace id belongs to.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -255,9 +256,11 @@ class TraceRecorder:
     rows (the trace id says which evaluation, attempt by attempt).
     """
 
-    def __init__(self, store: Store, capture: Capture | None = None, **tracing: Any) -> None:
+    def __init__(self, store: Store, capture: Capture | None = None, *,
+                 check_requests: bool = False, **tracing: Any) -> None:
         self.store = store
         self.capture = capture or Capture()
+        self.check_requests = check_requests  # the oracle's requests against the contract too
         self._evaluations: dict[str, str] = {}  # trace id -> evaluation id
         self._live: dict[str, EvaluationTrace] = {}  # evaluation id -> its attempt's trace
         self.unattributed = 0
@@ -270,7 +273,8 @@ class TraceRecorder:
         checking a call with it, well under one)."""
         async with self._contract_lock:
             if path not in self._contracts:
-                self._contracts[path] = await anyio.to_thread.run_sync(Contract.load, path)
+                self._contracts[path] = await anyio.to_thread.run_sync(functools.partial(
+                    Contract.load, path, requests=self.check_requests))
             return self._contracts[path]
 
     def attach(self, evaluation: Evaluation) -> EvaluationTrace:
@@ -337,7 +341,8 @@ def span_row(evaluation_id: str, span: SpanData) -> dict[str, Any]:
 
 
 def default_attachments(store: Store, fabric: MockFabric | None = None,
-                        capture: Capture | None = None) -> list[AttachmentFactory]:
+                        capture: Capture | None = None, *,
+                        check_requests: bool = False) -> list[AttachmentFactory]:
     """What every evaluation gets: its trace and recording proxy, spans to ``store``; with
     ``fabric``, its mock instances too, their calls traced; ``capture`` says how much of
     each body and header is kept (default: 8 KiB bodies, secrets redacted).
@@ -345,7 +350,7 @@ def default_attachments(store: Store, fabric: MockFabric | None = None,
     The trace goes last among a run's attachments: the oracle's BASE_URL is the last
     one wiring returns, and the proxy belongs right in front of the service.
     """
-    recorder = TraceRecorder(store, capture)
+    recorder = TraceRecorder(store, capture, check_requests=check_requests)
     if fabric is None:
         return [recorder.attach]
     fabric.observer = recorder.observer

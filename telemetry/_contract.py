@@ -128,31 +128,40 @@ class Contract:
 
     The document's ``servers`` are ignored: calls are matched on method and path only
     (the service listens wherever the harness put it).
+
+    By default only what the service controls is checked: the response (and whether
+    the call's method and path are in the contract at all). ``requests=True`` checks
+    each request too. A request is the oracle's: it is the same for every candidate,
+    and an oracle sends invalid ones on purpose to test validation, so checking it per
+    evaluation says nothing about the candidate and costs more than half of the check.
     """
 
     def __init__(self, document: Mapping[str, Any], name: str = "openapi.yaml",
-                 memo: int = 8192) -> None:
+                 memo: int = 8192, *, requests: bool = False) -> None:
+        self.requests = requests
         self._requests: _Memo[tuple[list[Violation], str | None, bool]] = _Memo(memo)
-        self._responses: _Memo[list[Violation]] = _Memo(memo)
+        self._responses: _Memo[tuple[list[Violation], str | None]] = _Memo(memo)
         spec = dict(document)
         spec["servers"] = [{"url": "/"}]
         self.name = name
         self._api = OpenAPI.from_dict(spec)
-        validator = self._api.request_validator_cls
-        if validator is not None and hasattr(validator, "_find_path"):
-            # The path the request validator finds is the call's route (``http.route``):
-            # kept on the request, so finding it costs nothing more. (A private hook of
+        request_cls = self._api.request_validator_cls
+        response_cls = self._api.response_validator_cls
+        if all(v is not None and hasattr(v, "_find_path") for v in (request_cls, response_cls)):
+            # The path a validator finds is the call's route (``http.route``): kept on
+            # the request, so finding it costs nothing more. (A private hook of
             # openapi-core's: if it goes away, calls just have no route.)
             self._api = OpenAPI.from_dict(spec, config=Config(
-                request_validator_cls=_routed(validator)))
+                request_validator_cls=_routed(request_cls),
+                response_validator_cls=_routed(response_cls)))
 
     @classmethod
-    def load(cls, path: Path) -> Contract | None:
+    def load(cls, path: Path, *, requests: bool = False) -> Contract | None:
         """The contract in ``path``, or None when there is none or openapi-core cannot use
         it (logged: a task's contract problems are ``anvil tasks check``'s to report)."""
         try:
             document = yaml.safe_load(path.read_text(encoding="utf-8"))
-            return cls(document, path.name)
+            return cls(document, path.name, requests=requests)
         except FileNotFoundError:
             return None
         except Exception as exc:  # noqa: BLE001 - any unusable document: no contract check
@@ -180,24 +189,29 @@ class Contract:
         return self._requests.hits + self._responses.hits
 
     def _check(self, call: CallRecord, request: _Request) -> Iterator[Violation]:
-        key = _request_key(call)
-        known = self._requests.get(key)
-        if known is None:
-            violations = list(self._request_violations(call, request))
-            routed = not any(v.kind == "route" for v in violations)
-            known = (violations, request.route, routed)
-            self._requests.put(key, known)
-        violations, request.route, routed = known
-        yield from violations
+        what = f"{call.method.upper()} {call.path}"
+        routed = True
+        if self.requests:
+            key = _request_key(call)
+            known = self._requests.get(key)
+            if known is None:
+                violations = list(self._request_violations(call, request))
+                routed = not any(v.kind == "route" for v in violations)
+                known = (violations, request.route, routed)
+                self._requests.put(key, known)
+            violations, request.route, routed = known
+            yield from violations
         if not routed or call.status is None or call.response_body is None:
             return
+        # Remembered by route when the request side found it (a path's own values, such
+        # as ids, feed no response check), else by path.
         key = _response_key(call, request.route)
         answered = self._responses.get(key)
         if answered is None:
-            answered = list(self._response_violations(call, request))
+            answered = (list(self._response_violations(call, request)), request.route)
             self._responses.put(key, answered)
-        what = f"{call.method.upper()} {call.path}"  # remembered by route: this call's path
-        for violation in answered:
+        violations, request.route = answered
+        for violation in violations:  # a remembered message names this call's own path
             yield Violation(violation.kind, violation.message.replace(_WHAT, what))
 
     def _request_violations(self, call: CallRecord, request: _Request) -> Iterator[Violation]:
@@ -212,6 +226,9 @@ class Contract:
     def _response_violations(self, call: CallRecord, request: _Request) -> Iterator[Violation]:
         what = _WHAT
         for error in self._api.iter_response_errors(request, _Response(call)):
+            if isinstance(error, PathNotFound | OperationNotFound):
+                yield Violation("route", f"{what} is not in the contract")
+                return
             if isinstance(error, ResponseNotFound):
                 yield Violation("response", f"response to {what}: status {call.status} is "
                                             "not one the contract lists")

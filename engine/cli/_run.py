@@ -80,6 +80,11 @@ def run(
         help="Bytes of each request and response body kept in the trace (the whole "
              "size is kept too; 0: no bodies).",
     )] = DEFAULT_BODY_LIMIT,
+    check_requests: Annotated[bool, typer.Option(
+        "--check-requests",
+        help="Also check each request the oracle sends against the task's openapi.yaml "
+             "(by default only what the service controls: its responses and routes).",
+    )] = False,
     home: HomeOpt = Path(".anvil"),
     db: DbOpt = None,
 ) -> None:
@@ -94,7 +99,7 @@ def run(
         raise fail("give TASK... and --submissions DIR, or --resume RUN_ID")
     try:
         code = run_async(_run, tasks or [], submissions, runtime, concurrency, resume,
-                          json_output, home, db, trace_body_limit)
+                          json_output, home, db, trace_body_limit, check_requests)
     except AnvilError as exc:
         raise fail(str(exc), code_of(exc)) from None
     except KeyboardInterrupt:  # a Ctrl-C in the instant the run ends: it is kept all the same
@@ -105,7 +110,7 @@ def run(
 async def _run(
     task_paths: list[Path], submissions: Path | None, runtime_name: str, concurrency: int,
     resume: str | None, json_output: bool, home: Path, db: str | None,
-    trace_body_limit: int = DEFAULT_BODY_LIMIT,
+    trace_body_limit: int = DEFAULT_BODY_LIMIT, check_requests: bool = False,
 ) -> ExitCode:
     home = home.resolve()
     store = open_store(home, db)
@@ -121,6 +126,7 @@ async def _run(
         runtime_name = options.get("runtime", runtime_name)
         concurrency = options.get("concurrency", concurrency)
         trace_body_limit = options.get("trace_body_limit", trace_body_limit)
+        check_requests = options.get("check_requests", check_requests)
     else:
         assert submissions is not None
         found = plan(task_paths, submissions)
@@ -138,12 +144,13 @@ async def _run(
         "submissions": str(submissions.resolve()) if submissions else None,
         "concurrency": concurrency,
         "trace_body_limit": trace_body_limit,
+        "check_requests": check_requests,
     })
     async with runtime, MockFabric() as fabric:
         # Each evaluation's own mock instances (their calls traced), then its trace and
         # recording proxy: it wires last, so BASE_URL is the proxy in front of the service.
-        settings.attachments = default_attachments(store, fabric,
-                                                    Capture(body_limit=trace_body_limit))
+        settings.attachments = default_attachments(
+            store, fabric, Capture(body_limit=trace_body_limit), check_requests=check_requests)
         runner = Runner(store, runtime, settings)
         run_id = resume or await runner.start(planned)
         subscribers = [

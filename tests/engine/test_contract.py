@@ -32,6 +32,7 @@ from telemetry import (
     Contract,
     SpanData,
     Tracing,
+    Violation,
 )
 from tests.conftest import FIXTURES, MakeSubmission, run_engine
 
@@ -61,7 +62,22 @@ def call(method: str, path: str, status: int, body: Any = None, sent: Any = None
 
 @pytest.fixture(scope="module")
 def contract() -> Contract:
-    return Contract(SPEC)
+    return Contract(SPEC, requests=True)
+
+
+def test_by_default_only_what_the_service_controls_is_checked() -> None:
+    """A request is the oracle's (the same for every candidate, invalid on purpose in a
+    validation item): by default it is not checked; the route and the response are."""
+    default = Contract(SPEC)
+    invalid_request = call("POST", "/messages", 201, b"", sent={"x": 1})
+    assert default.check(invalid_request) == []
+    assert [v.kind for v in Contract(SPEC, requests=True).check(invalid_request)] == ["request"]
+    assert [(v.kind, v.message) for v in default.check(call("DELETE", "/messages", 405, b""))
+            ] == [("route", "DELETE /messages is not in the contract")]
+    bad = call("GET", "/messages", 200, [{"text": "a"}])
+    assert default.inspect(bad) == (
+        [Violation("response", "response to GET /messages: 'date' missing from item 0")],
+        "/messages")
 
 
 @pytest.mark.parametrize(("record", "expected"), [
@@ -115,8 +131,8 @@ def test_a_remembered_check_says_what_a_fresh_one_says() -> None:
         get("a", bad, token="Basic eA=="),  # another scheme: the security check differs
         get("c", {"date": "x", "text": "y"}), get("d", {"date": "x", "text": "y"}),
     ]
-    fresh = [Contract(ITEM_SPEC, memo=0).check(c) for c in calls]
-    memo = Contract(ITEM_SPEC)
+    fresh = [Contract(ITEM_SPEC, memo=0, requests=True).check(c) for c in calls]
+    memo = Contract(ITEM_SPEC, requests=True)
     assert [memo.check(c) for c in calls] == fresh
     # a's second request and response; the responses of b, toolong, a-Basic and d
     assert memo.remembered == 6
