@@ -47,25 +47,11 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from throughput import TASKS, VERDICTS, WRAPPER  # a sibling script: bench/ is on sys.path
+
 ROOT = Path(__file__).resolve().parent.parent
-TASKS = ("taskboard", "checkout", "booking", "notify")
-VERDICTS = ("pass", "fail", "error")
 CANDIDATES = 14  # per task copy, as in the paper (56 tasks x 14 candidates)
 ID_LINE = re.compile(r'^id\s*=\s*"[^"\n]*"', re.MULTILINE)
-
-# Runs `python -m engine` and writes the process's own rusage (max RSS in KiB, CPU
-# seconds) to argv[1] as JSON on exit: RUSAGE_SELF, so anvil alone, not its children.
-WRAPPER = r"""
-import json, resource, runpy, sys
-out = sys.argv.pop(1)
-sys.argv[0] = "anvil"
-try:
-    runpy.run_module("engine", run_name="__main__", alter_sys=True)
-finally:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    with open(out, "w") as fh:
-        json.dump({"maxrss_kib": r.ru_maxrss, "cpu_s": r.ru_utime + r.ru_stime}, fh)
-"""
 
 
 @dataclass(frozen=True)

@@ -70,9 +70,10 @@ VERDICTS = ("pass", "fail", "error")
 POLL = 0.1  # the loop's health poll interval
 STOP_GRACE = 3.0  # SIGTERM, then SIGKILL after this (anvil's grace too)
 
-# Runs `python -m engine` and writes the process's own CPU seconds to argv[1] on exit.
+# Runs `python -m engine` and writes the process's own rusage (max RSS in KiB, CPU
+# seconds) to argv[1] as JSON on exit: RUSAGE_SELF, so anvil alone, not its children.
 WRAPPER = r"""
-import resource, runpy, sys
+import json, resource, runpy, sys
 out = sys.argv.pop(1)
 sys.argv[0] = "anvil"
 try:
@@ -80,7 +81,7 @@ try:
 finally:
     r = resource.getrusage(resource.RUSAGE_SELF)
     with open(out, "w") as fh:
-        fh.write(repr(r.ru_utime + r.ru_stime))
+        json.dump({"maxrss_kib": r.ru_maxrss, "cpu_s": r.ru_utime + r.ru_stime}, fh)
 """
 
 
@@ -165,7 +166,8 @@ def anvil_way(name: str, tasks: list[str], subs: Path, home: Path, runtime: str,
         if line.startswith("{"):
             record = json.loads(line)
             verdicts[f"{record['task']}/{Path(record['submission']).name}"] = record["verdict"]
-    engine = float(engine_cpu_file.read_text()) if engine_cpu_file.exists() else None
+    engine = (float(json.loads(engine_cpu_file.read_text())["cpu_s"])
+              if engine_cpu_file.exists() else None)
     return Way(name, wall, cpu, verdicts, engine)
 
 
