@@ -36,6 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import anyio
+from anyio.abc import UNIXSocketStream
+
 #: Modules a fork finds already imported (pytest's built-in plugins are loaded by name
 #: at start-up; importing them here saves each oracle run the work).
 WARM = ("pytest", "requests", "engine._oracle_plugin", "mocks._fixtures", "json", "uuid",
@@ -202,8 +205,6 @@ class ForkedOracle:
     async def wait(self) -> int:
         """The run's exit code (``-signal`` when killed), once it ended. If the worker
         died first, its fork is killed, ``lost`` says so and the code is ``-SIGKILL``."""
-        import anyio
-
         if self.returncode is not None:
             return self.returncode
         while b"\n" not in self._buffer:
@@ -237,8 +238,6 @@ class OracleWorker:
     @classmethod
     async def start(cls) -> OracleWorker | None:
         """Start a worker; None if it does not come up (within 30 s)."""
-        import anyio
-
         if not hasattr(os, "fork") or not hasattr(socket, "send_fds"):
             return None
         # A socket path has a ~100-byte limit: a short private folder, not the run's.
@@ -271,9 +270,6 @@ class OracleWorker:
         Raises:
             WorkerGone: the worker does not answer.
         """
-        import anyio
-        from anyio.abc import UNIXSocketStream
-
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             control = await anyio.connect_unix(self.path)
@@ -311,15 +307,11 @@ class OracleWorker:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        import anyio
-
         with anyio.CancelScope(shield=True):
             await self.aclose()
 
 
 async def _stop(process: Any) -> None:
-    import anyio
-
     with contextlib.suppress(ProcessLookupError):
         process.terminate()
     with anyio.move_on_after(5):
