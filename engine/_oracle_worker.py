@@ -16,8 +16,8 @@ Protocol (one Unix-socket connection per oracle run): the caller sends one JSON 
 (the anvil that started it is gone) or it is terminated; forks it leaves are ordinary
 oracle processes, marked like any other for the reaper.
 
-The worker side imports only the standard library and what an oracle needs (pytest,
-requests, anvil's oracle plugins); :class:`OracleWorker` is the anvil side.
+The worker side imports what an oracle needs (pytest, requests, anvil's oracle plugins)
+and anyio; :class:`OracleWorker` is the anvil side.
 """
 
 from __future__ import annotations
