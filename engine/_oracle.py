@@ -219,8 +219,11 @@ async def run_oracle(
     log = await AsyncCappedLog.open(log_path, log_cap)
     try:
         process = await _start(argv, env, workdir, worker)
-    except BaseException:
-        await log.aclose()
+    except BaseException:  # cancelled or refused before the oracle ran: close what is open
+        with anyio.CancelScope(shield=True):
+            await log.aclose()
+            if marks is not None:
+                await marks.aclose()
         raise
     try:
         async with anyio.create_task_group() as tg:

@@ -271,31 +271,30 @@ class OracleWorker:
             WorkerGone: the worker does not answer.
         """
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            control = await anyio.connect_unix(self.path)
-        except OSError as exc:
-            mine.close()
-            theirs.close()
-            raise WorkerGone(f"the oracle worker does not answer: {exc}") from exc
+        control: Any = None
         request = json.dumps({"args": args, "env": env, "cwd": str(cwd)}).encode() + b"\n"
         try:
-            await control.send_fds(request, [theirs.fileno()])
-        except (OSError, anyio.BrokenResourceError) as exc:
-            await control.aclose()
+            try:
+                control = await anyio.connect_unix(self.path)
+                await control.send_fds(request, [theirs.fileno()])
+            except (OSError, anyio.BrokenResourceError) as exc:
+                raise WorkerGone(f"the oracle worker does not answer: {exc}") from exc
+            finally:
+                theirs.close()
+            buffer = b""
+            try:
+                while b"\n" not in buffer:
+                    buffer += await control.receive()
+            except (anyio.EndOfStream, anyio.BrokenResourceError) as exc:
+                raise WorkerGone("the oracle worker refused the run") from exc
+            line, _, rest = buffer.partition(b"\n")
+            stdout = await UNIXSocketStream.from_socket(mine)
+        except BaseException:  # refused, or cancelled midway: nothing is left open
             mine.close()
-            raise WorkerGone(f"the oracle worker does not answer: {exc}") from exc
-        finally:
-            theirs.close()
-        buffer = b""
-        try:
-            while b"\n" not in buffer:
-                buffer += await control.receive()
-        except (anyio.EndOfStream, anyio.BrokenResourceError) as exc:
-            await control.aclose()
-            mine.close()
-            raise WorkerGone("the oracle worker refused the run") from exc
-        line, _, rest = buffer.partition(b"\n")
-        stdout = await UNIXSocketStream.from_socket(mine)
+            if control is not None:
+                with anyio.CancelScope(shield=True):
+                    await control.aclose()
+            raise
         self.spawned += 1
         return ForkedOracle(int(json.loads(line)["pid"]), stdout, control, _buffer=rest)
 
