@@ -1,7 +1,9 @@
 """The result store: runs, evaluations, phase records and item results (sqlmodel).
 
 SQLite in WAL mode by default (``.anvil/anvil.db``); any synchronous
-SQLAlchemy URL works. Every evaluation of a run is written as ``pending``
+SQLAlchemy URL works. PostgreSQL (``postgresql+psycopg://...``, the ``postgres``
+extra) is the store many drivers share: runs from several machines write into
+one database at once. Every evaluation of a run is written as ``pending``
 before the first starts, so an interrupted run can be resumed without losing
 or duplicating one: ``(run_id, task_path, submission)`` is unique.
 
@@ -27,6 +29,7 @@ from typing import Any
 from sqlalchemy import (
     BigInteger,
     Column,
+    Connection,
     Engine,
     UniqueConstraint,
     event,
@@ -37,7 +40,8 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlmodel import Field, Session, SQLModel, col, create_engine, delete, select
 
 from ._errors import HarnessError
@@ -158,23 +162,46 @@ def default_url(home: Path) -> str:
     return f"sqlite:///{home / 'anvil.db'}"
 
 
-class Store:
-    """Synchronous store; the engine calls it from worker threads, one at a time."""
+# Any number that no other user of a shared PostgreSQL database takes for its own lock.
+_SCHEMA_LOCK = 0x616E76696C  # "anvil"
 
-    def __init__(self, url: str, busy_timeout: float = 10.0) -> None:
-        self.url = url
+
+class Store:
+    """Synchronous store; the engine calls it from worker threads, one at a time.
+
+    ``url`` is the URL as shown to people: its password, if any, is hidden.
+    """
+
+    def __init__(self, url: str, busy_timeout: float = 10.0,
+                 connect_timeout: float = 10.0) -> None:
+        self.url = _redacted(url)
         try:
             if url.startswith("sqlite:///"):
                 Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-            self.engine: Engine = create_engine(url)
+            self.engine: Engine = _make_engine(url, connect_timeout)
             if self.engine.dialect.name == "sqlite":
                 event.listen(self.engine, "connect", partial(_sqlite_pragmas,
                                                              int(busy_timeout * 1000)))
-            with _creating(url):
-                SQLModel.metadata.create_all(self.engine)
-                _add_missing_columns(self.engine)
+                with _creating(url), self.engine.begin() as conn:
+                    _create_schema(conn)
+            elif self.engine.dialect.name == "postgresql":
+                # Times read back in UTC, as from SQLite, whatever the server's zone.
+                event.listen(self.engine, "connect", _postgres_session)
+                with self.engine.begin() as conn:
+                    # Two drivers creating the tables at once would otherwise collide
+                    # (CREATE TABLE checks, then inserts into the catalogue); the lock is
+                    # held to the end of this transaction, DDL included.
+                    conn.execute(text("SELECT pg_advisory_xact_lock(:key)"),
+                                 {"key": _SCHEMA_LOCK})
+                    _create_schema(conn)
+            else:
+                with self.engine.begin() as conn:
+                    _create_schema(conn)
+        except ImportError as exc:
+            raise HarnessError(f"cannot open the store {self.url}: {_missing_driver(url, exc)}"
+                               ) from exc
         except (SQLAlchemyError, OSError) as exc:
-            raise HarnessError(f"cannot open the store {url}: {exc}") from exc
+            raise HarnessError(f"cannot open the store {self.url}: {_one_line(exc)}") from exc
 
     def close(self) -> None:
         self.engine.dispose()
@@ -196,7 +223,7 @@ class Store:
         try:
             self._create_run(run_id, runtime, options, evaluations)
         except SQLAlchemyError as exc:
-            raise HarnessError(f"store {self.url}: {exc}") from exc
+            raise HarnessError(f"store {self.url}: {_one_line(exc)}") from exc
 
     def apply(self, ev: Event) -> None:
         """Write what one event changes.
@@ -207,7 +234,7 @@ class Store:
         try:
             self._apply(ev)
         except SQLAlchemyError as exc:
-            raise HarnessError(f"store {self.url}: {exc}") from exc
+            raise HarnessError(f"store {self.url}: {_one_line(exc)}") from exc
 
     def _create_run(
         self,
@@ -285,7 +312,9 @@ class Store:
 
         One conditional UPDATE, atomic in every database: it succeeds when the
         evaluation is not done and is unclaimed, claimed by ``owner`` already, claimed
-        by a process of this host that is gone, or out of lease.
+        by a process of this host that is gone, or out of lease. On PostgreSQL (read
+        committed) a second driver's UPDATE waits for the first to commit, then checks its
+        WHERE again on the new row: it matches nothing, and the claim is refused.
 
         Raises:
             HarnessError: the database refused it.
@@ -314,7 +343,7 @@ class Store:
                 session.commit()
                 return bool(result.rowcount)
         except SQLAlchemyError as exc:
-            raise HarnessError(f"store {self.url}: {exc}") from exc
+            raise HarnessError(f"store {self.url}: {_one_line(exc)}") from exc
 
     # -- reading -------------------------------------------------------------
 
@@ -364,7 +393,7 @@ class Store:
             with self.engine.begin() as conn:
                 conn.execute(stmt, rows)
         except SQLAlchemyError as exc:
-            raise HarnessError(f"store {self.url}: {exc}") from exc
+            raise HarnessError(f"store {self.url}: {_one_line(exc)}") from exc
 
     def spans(self, evaluation_id: str) -> Sequence[SpanRecord]:
         """Every stored span of an evaluation (all its attempts), earliest first."""
@@ -374,21 +403,83 @@ class Store:
             return session.exec(stmt).all()
 
 
-def _add_missing_columns(engine: Engine) -> None:
+def _make_engine(url: str, connect_timeout: float) -> Engine:
+    parsed = make_url(url)
+    connect_args: dict[str, Any] = {}
+    if parsed.get_dialect().driver in ("psycopg", "psycopg2") and (
+            "connect_timeout" not in parsed.query):
+        # libpq waits forever by default on a host that drops packets
+        connect_args["connect_timeout"] = max(1, round(connect_timeout))
+    # pre-ping: a driver's pooled connection may have been closed by a restarted server
+    return create_engine(url, connect_args=connect_args,
+                         pool_pre_ping=parsed.get_backend_name() != "sqlite")
+
+
+def _create_schema(conn: Connection) -> None:
+    SQLModel.metadata.create_all(conn)
+    _add_missing_columns(conn)
+
+
+def _add_missing_columns(conn: Connection) -> None:
     """Bring a store written by an older anvil up to date: new columns are nullable or
     have defaults, so adding them keeps every row (no data is lost on upgrade)."""
-    inspector = inspect(engine)
-    with engine.begin() as conn:
-        for table in SQLModel.metadata.sorted_tables:
-            present = {c["name"] for c in inspector.get_columns(table.name)}
-            for column in table.columns:
-                if column.name in present:
-                    continue
-                kind = column.type.compile(dialect=engine.dialect)
-                default = getattr(column.default, "arg", None)
-                tail = f" DEFAULT {default!r}" if isinstance(default, int | float | str) else ""
-                conn.execute(text(f'ALTER TABLE {table.name} ADD COLUMN "{column.name}" '
-                                  f"{kind}{tail}"))
+    inspector = inspect(conn)
+    for table in SQLModel.metadata.sorted_tables:
+        present = {c["name"] for c in inspector.get_columns(table.name)}
+        for column in table.columns:
+            if column.name in present:
+                continue
+            kind = column.type.compile(dialect=conn.dialect)
+            default = getattr(column.default, "arg", None)
+            tail = f" DEFAULT {default!r}" if isinstance(default, int | float | str) else ""
+            conn.execute(text(f'ALTER TABLE {table.name} ADD COLUMN "{column.name}" '
+                              f"{kind}{tail}"))
+
+
+def _redacted(url: str) -> str:
+    """``url`` with its password hidden (as ``***``), fit to print."""
+    try:
+        parsed = make_url(url)
+        # rendered only when there is something to hide: rendering quotes a path's ``@``
+        return url if parsed.password is None else parsed.render_as_string(hide_password=True)
+    except (SQLAlchemyError, ValueError):
+        # Not parsed: hide whatever sits between ``user:`` and ``@``.
+        head, sep, tail = url.partition("://")
+        if sep and "@" in tail:
+            creds, _at, rest = tail.rpartition("@")
+            user = creds.partition(":")[0]
+            return f"{head}://{user}:***@{rest}" if ":" in creds else url
+        return url
+
+
+def _one_line(exc: BaseException) -> str:
+    """What went wrong, on one line: the driver's own message when there is one, without
+    SQLAlchemy's SQL echo and link."""
+    if isinstance(exc, DBAPIError) and exc.orig is not None:
+        message = str(exc.orig)
+    else:
+        message = str(exc).split("\n(Background on this error", 1)[0]
+    lines = [line.strip() for line in message.splitlines()]
+    return "; ".join(line for line in lines if line and not line.startswith("[SQL"))
+
+
+def _missing_driver(url: str, exc: ImportError) -> str:
+    module = exc.name or str(exc)
+    hint = ""
+    if url.startswith("postgresql"):
+        hint = ("; `pip install 'anvil-harness[postgres]'` installs psycopg, "
+                "for postgresql+psycopg:// URLs")
+    return f"its database driver {module} is not installed{hint}"
+
+
+def _postgres_session(dbapi_connection: Any, _record: Any) -> None:
+    # SET in autocommit: inside a transaction, the pool's rollback on return would undo it
+    autocommit = dbapi_connection.autocommit
+    dbapi_connection.autocommit = True
+    cursor = dbapi_connection.cursor()
+    cursor.execute("SET TIME ZONE 'UTC'")
+    cursor.close()
+    dbapi_connection.autocommit = autocommit
 
 
 def _pid_alive(pid: str) -> bool:

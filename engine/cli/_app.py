@@ -87,7 +87,9 @@ HomeOpt = Annotated[
 DbOpt = Annotated[
     str | None,
     typer.Option("--db", envvar="ANVIL_DB", metavar="URL",
-                 help="SQLAlchemy URL of the store [default: sqlite:///HOME/anvil.db]."),
+                 help="SQLAlchemy URL of the store [default: sqlite:///HOME/anvil.db]; "
+                      "postgresql+psycopg://USER:PASSWORD@HOST/DB: one store shared by many "
+                      "drivers (the postgres extra)."),
 ]
 
 
