@@ -17,13 +17,18 @@ Which evaluations count:
 
 Markers (see :mod:`engine._oracle_plugin`): ``tier`` (default ``base``), ``visibility``
 (default ``public``), ``requirement`` and ``level`` (none by default).
+
+Repeated runs (``anvil run --repeat K``): a run holds each task × submission K times,
+matched here by (task id, submission folder name); in position order, the i-th of them is
+repeat i. pass@k, the flip rate and the quarantine candidates come from those groups.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -77,6 +82,11 @@ class Metrics:
     integration_gap: Rate | None  # None: no evaluation has both leaf and mid/root items
     category_failures: dict[tuple[str, str], Counter[str]] = field(default_factory=dict)
     phase_failures: dict[str, Counter[str]] = field(default_factory=dict)
+    # Every candidate (task id, submission folder name), failures or not: the charts' bars.
+    submission_phase_failures: dict[tuple[str, str], Counter[str]] = field(
+        default_factory=dict)
+    repeats: Repeats | None = None  # None: each task × submission was evaluated once
+    quarantine: Quarantine | None = None  # None: no item the reference fails or that flips
 
     def to_json(self) -> dict[str, Any]:
         def opt(rate: Rate | None) -> dict[str, Any] | None:
@@ -99,6 +109,12 @@ class Metrics:
                 for (task, sub), counts in self.category_failures.items()],
             "failed_evaluations_by_phase": {task: dict(counts)
                                             for task, counts in self.phase_failures.items()},
+            "failed_evaluations_by_phase_per_submission": [
+                {"task": task, "submission": sub, "phases": dict(counts)}
+                for (task, sub), counts in self.submission_phase_failures.items()],
+            "repeats": None if self.repeats is None else self.repeats.to_json(),
+            "quarantine": (None if self.quarantine is None
+                           else self.quarantine.to_json(self.success, self.items)),
         }
 
 
@@ -110,6 +126,8 @@ def compute(evaluations: Sequence[EvaluationRecord], items: ItemsByEvaluation) -
     """Every metric of one run (see each function for its exact definition)."""
     judged = judged_evaluations(evaluations)
     tiers = tier_success(judged, items)
+    repeats = repeated_runs(evaluations, items)
+    candidates = quarantine_candidates(judged, items, repeats.flaky if repeats else ())
     return Metrics(
         evaluations=len(evaluations),
         judged=len(judged),
@@ -125,6 +143,9 @@ def compute(evaluations: Sequence[EvaluationRecord], items: ItemsByEvaluation) -
         integration_gap=integration_gap(judged, items),
         category_failures=category_failures(judged, items),
         phase_failures=phase_failures(evaluations),
+        submission_phase_failures=submission_phase_failures(evaluations),
+        repeats=repeats,
+        quarantine=quarantine(judged, items, candidates) if candidates else None,
     )
 
 
@@ -166,21 +187,26 @@ def tier_order(tier: str) -> tuple[int, int, str]:
     return (1, int(found.group(1)), tier) if found else (2, 0, tier)
 
 
-def _passes_under(evaluation: EvaluationRecord, rated: Sequence[ItemRecord],
-                  tiers: frozenset[str]) -> bool:
-    """Would ``evaluation`` pass if the oracle had only the items of ``tiers``?
+def _passes_without(evaluation: EvaluationRecord, rated: Sequence[ItemRecord],
+                    dropped: Callable[[ItemRecord], bool]) -> bool:
+    """Would ``evaluation`` pass if the oracle had no ``dropped`` items?
 
-    A pass passes under every tier set. A fail passes under ``tiers`` only when it failed
-    in the oracle phase, some item failed, and none of the failed items is of ``tiers``;
-    a fail in an earlier phase, or in the oracle without a failed item to blame (its
-    deadline), fails under every tier set.
+    A pass passes whatever is dropped. A fail passes only when it failed in the oracle
+    phase, some item failed, and every failed item is dropped; a fail in an earlier
+    phase, or in the oracle without a failed item to blame (its deadline), still fails.
     """
     if evaluation.verdict == "pass":
         return True
     failed = [i for i in rated if _is_failed(i)]
     if evaluation.phase != "oracle" or not failed:
         return False
-    return not any(i.markers_dict()["tier"] in tiers for i in failed)
+    return all(dropped(i) for i in failed)
+
+
+def _passes_under(evaluation: EvaluationRecord, rated: Sequence[ItemRecord],
+                  tiers: frozenset[str]) -> bool:
+    """Would ``evaluation`` pass if the oracle had only the items of ``tiers``?"""
+    return _passes_without(evaluation, rated, lambda i: i.markers_dict()["tier"] not in tiers)
 
 
 def tier_success(judged: Sequence[EvaluationRecord], items: ItemsByEvaluation) -> list[TierRate]:
@@ -313,6 +339,199 @@ def phase_failures(evaluations: Sequence[EvaluationRecord]) -> dict[str, Counter
         counts = table.setdefault(e.task_id, Counter({p: 0 for p in (*PHASES, "error")}))
         counts["error" if e.verdict == "error" else e.phase or "?"] += 1
     return table
+
+
+def _candidate(e: EvaluationRecord) -> tuple[str, str]:
+    return (e.task_id, Path(e.submission).name)
+
+
+def submission_phase_failures(
+        evaluations: Sequence[EvaluationRecord]) -> dict[tuple[str, str], Counter[str]]:
+    """As :func:`phase_failures`, per (task id, submission folder name) in run order, every
+    candidate included (all zeros when it never failed); repeats add up."""
+    table: dict[tuple[str, str], Counter[str]] = {}
+    for e in evaluations:
+        counts = table.setdefault(_candidate(e), Counter({p: 0 for p in (*PHASES, "error")}))
+        if e.verdict in ("fail", "error"):
+            counts["error" if e.verdict == "error" else e.phase or "?"] += 1
+    return table
+
+
+# -- repeated runs -----------------------------------------------------------------------
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased pass@k estimator (Chen et al., 2021, "Evaluating Large Language Models
+    Trained on Code"): given ``n`` repeats of which ``c`` passed, the probability that at
+    least one of ``k`` repeats drawn without replacement passes, 1 − C(n−c, k) / C(n, k).
+
+    Raises:
+        ValueError: unless 0 <= c <= n and 1 <= k <= n.
+    """
+    if not (0 <= c <= n and 1 <= k <= n):
+        raise ValueError(f"pass@k needs 0 <= c <= n and 1 <= k <= n, got n={n} c={c} k={k}")
+    if n - c < k:  # every draw of k holds a pass (C(n-c, k) is 0)
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def repeat_groups(evaluations: Sequence[EvaluationRecord]
+                  ) -> dict[tuple[str, str], list[EvaluationRecord]]:
+    """Evaluations per (task id, submission folder name), each group in position order:
+    its i-th evaluation is repeat i (``anvil run --repeat`` plans repeat after repeat)."""
+    groups: dict[tuple[str, str], list[EvaluationRecord]] = {}
+    for e in sorted(evaluations, key=lambda e: e.position):
+        groups.setdefault(_candidate(e), []).append(e)
+    return groups
+
+
+@dataclass(frozen=True)
+class PassAtK:
+    k: int
+    value: float | None  # None: no task × submission has k judged repeats
+    groups: int  # the task × submission pairs averaged: those with at least k judged repeats
+
+    def to_json(self) -> dict[str, Any]:
+        return {"k": self.k, "value": _round(self.value), "groups": self.groups}
+
+
+@dataclass(frozen=True)
+class FlakyItem:
+    """An item whose outcome differed between repeats of one task × submission."""
+
+    task: str
+    submission: str  # folder name
+    nodeid: str
+    passed: int  # repeats it passed in
+    total: int  # repeats it was judged in (passed, failed or errored)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"task": self.task, "submission": self.submission, "item": self.nodeid,
+                "passed": self.passed, "total": self.total}
+
+
+@dataclass
+class Repeats:
+    repeats: int  # K: the most evaluations any task × submission has in the run
+    pass_at_k: list[PassAtK]  # k = 1..K
+    flips: Rate  # ``passed`` counts the flipping items, ``total`` the items considered
+    flaky: list[FlakyItem]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"repeats": self.repeats, "pass_at_k": [p.to_json() for p in self.pass_at_k],
+                "flip_rate": self.flips.to_json(),
+                "flipping_items": [f.to_json() for f in self.flaky]}
+
+
+def repeated_runs(evaluations: Sequence[EvaluationRecord],
+                  items: ItemsByEvaluation) -> Repeats | None:
+    """pass@k and the flip rate of a run whose task × submission pairs were repeated.
+
+    * pass@k, for k = 1..K: :func:`pass_at_k` of each task × submission with n its judged
+      repeats (errors left out) and c those that passed, averaged over the pairs with
+      n >= k.
+    * flip rate: among the items (task, submission, node id) judged in at least two
+      repeats (skips and repeats whose oracle did not run left out), the share whose
+      outcome differs between repeats (passed in one, failed or errored in another).
+
+    None when every task × submission was evaluated once.
+    """
+    groups = repeat_groups(evaluations)
+    most = max((len(g) for g in groups.values()), default=0)
+    if most < 2:
+        return None
+    counts = [(len(judged), sum(1 for e in judged if e.verdict == "pass"))
+              for judged in map(judged_evaluations, groups.values())]
+    estimates = []
+    for k in range(1, most + 1):
+        values = [pass_at_k(n, c, k) for n, c in counts if n >= k]
+        estimates.append(PassAtK(k, sum(values) / len(values) if values else None, len(values)))
+    flaky: list[FlakyItem] = []
+    considered = 0
+    for (task, sub), group in groups.items():
+        outcomes: dict[str, list[bool]] = {}
+        for e in judged_evaluations(group):
+            for i in _rated(e, items):
+                outcomes.setdefault(i.nodeid, []).append(not _is_failed(i))
+        for nodeid, passes in outcomes.items():
+            if len(passes) < 2:
+                continue
+            considered += 1
+            if len(set(passes)) > 1:
+                flaky.append(FlakyItem(task, sub, nodeid, sum(passes), len(passes)))
+    return Repeats(most, estimates, Rate(len(flaky), considered), flaky)
+
+
+# -- quarantine --------------------------------------------------------------------------
+
+
+REFERENCE = "reference"  # the task's reference solution's folder name (Task.reference)
+
+
+@dataclass(frozen=True)
+class Quarantined:
+    """An item not to be trusted: the task's reference fails it, or it flips."""
+
+    task: str
+    nodeid: str
+    reasons: tuple[str, ...]  # "reference fails", "flips"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"task": self.task, "item": self.nodeid, "reasons": list(self.reasons)}
+
+
+@dataclass
+class Quarantine:
+    items: list[Quarantined]
+    success: Rate  # all-pass success with the quarantined items left out
+    item_rate: Rate  # item pass rate with the quarantined items left out
+
+    def to_json(self, success: Rate, item_rate: Rate) -> dict[str, Any]:
+        return {"items": [q.to_json() for q in self.items],
+                "success": {"with": success.to_json(), "without": self.success.to_json()},
+                "item_pass_rate": {"with": item_rate.to_json(),
+                                   "without": self.item_rate.to_json()}}
+
+
+def quarantine_candidates(judged: Sequence[EvaluationRecord], items: ItemsByEvaluation,
+                          flaky: Sequence[FlakyItem]) -> list[Quarantined]:
+    """Items (task id, node id) that the task's reference failed or errored in any judged
+    evaluation, or that flipped for any submission (``flaky``, see :func:`repeated_runs`),
+    in that order. The reference is the submission folder named ``reference``: the task's own
+    ``reference/`` or one among the submissions."""
+    reasons: dict[tuple[str, str], list[str]] = {}
+    for e in judged:
+        if Path(e.submission).name == REFERENCE:
+            for i in _rated(e, items):
+                if _is_failed(i):
+                    found = reasons.setdefault((e.task_id, i.nodeid), [])
+                    if "reference fails" not in found:
+                        found.append("reference fails")
+    for f in flaky:
+        found = reasons.setdefault((f.task, f.nodeid), [])
+        if "flips" not in found:
+            found.append("flips")
+    return [Quarantined(task, nodeid, tuple(why)) for (task, nodeid), why in reasons.items()]
+
+
+def quarantine(judged: Sequence[EvaluationRecord], items: ItemsByEvaluation,
+               candidates: Sequence[Quarantined]) -> Quarantine:
+    """The headline scores with the ``candidates`` left out of every evaluation of their
+    task: an item pass rate over the other items, and all-pass success where a fail whose
+    failed items are all quarantined counts as a pass (see :func:`_passes_without`)."""
+    dropped = {(q.task, q.nodeid) for q in candidates}
+
+    def is_dropped(task: str) -> Callable[[ItemRecord], bool]:
+        return lambda i: (task, i.nodeid) in dropped
+
+    passed = rated_count = successes = 0
+    for e in judged:
+        rated = _rated(e, items)
+        kept = [i for i in rated if (e.task_id, i.nodeid) not in dropped]
+        rated_count += len(kept)
+        passed += sum(1 for i in kept if not _is_failed(i))
+        successes += _passes_without(e, rated, is_dropped(e.task_id))
+    return Quarantine(list(candidates), Rate(successes, len(judged)), Rate(passed, rated_count))
 
 
 # -- comparing two runs ------------------------------------------------------------------

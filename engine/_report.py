@@ -223,6 +223,42 @@ def _print_metrics(m: Metrics, console: Console) -> None:
         for task, counts in m.phase_failures.items():
             phases.add_row(escape(task), *(str(counts[p]) for p in columns))
         console.print(phases)
+    _print_repeats(m, console)
+
+
+def _print_repeats(m: Metrics, console: Console) -> None:
+    """pass@k and flips of a repeated run; the quarantine candidates and the scores
+    without them."""
+    if m.repeats is not None:
+        r = m.repeats
+        repeats = Table("metric", "value", title=f"repeated runs ({r.repeats} repeats)")
+        for p in r.pass_at_k:
+            value = "-" if p.value is None else _pct(p.value)
+            repeats.add_row(f"pass@{p.k}", f"{value} (over {p.groups} task x submission)")
+        repeats.add_row("item flip rate", _rate(r.flips))
+        console.print(repeats)
+        if r.flaky:
+            flaky = Table("task", "submission", "item", "passed", title="flipping items")
+            for f in r.flaky:
+                flaky.add_row(escape(f.task), escape(f.submission), escape(f.nodeid),
+                              f"{f.passed}/{f.total}")
+            console.print(flaky)
+    else:
+        console.print("[dim]repeats: each task x submission was evaluated once "
+                      "(anvil run --repeat K)[/]")
+    q = m.quarantine
+    if q is None:
+        console.print("[dim]quarantine: no item fails for the reference or flips[/]")
+        return
+    candidates = Table("task", "item", "why", title="quarantine candidates")
+    for c in q.items:
+        candidates.add_row(escape(c.task), escape(c.nodeid), ", ".join(c.reasons))
+    console.print(candidates)
+    scores = Table("metric", "with them", "without them",
+                   title="scores with and without the quarantine candidates")
+    scores.add_row("all-pass success (pass@1)", _rate(m.success), _rate(q.success))
+    scores.add_row("item pass rate", _rate(m.items), _rate(q.item_rate))
+    console.print(scores)
 
 
 def _score_json(t: TaskScore) -> dict[str, Any]:

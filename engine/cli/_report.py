@@ -13,8 +13,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from .._errors import AnvilError
-from .._report import Format, render_comparison, render_report
-from .._store import EvaluationRecord, Store
+from .._report import Format, render_comparison, render_report, scoreboard
+from .._store import EvaluationRecord, RunRecord, Store
 from .._traces import export_otlp_json, item_ids, load_trace, resolve, select, waterfall
 from ._app import (
     DbOpt,
@@ -40,6 +40,11 @@ def report(
         help="Instead, list the tasks and items whose verdict changed from RUN_B to RUN_ID "
              "(regressions first), matched by task and submission folder name; "
              "table or json.")] = None,
+    plot: Annotated[Path | None, typer.Option(
+        "--plot", metavar="DIR",
+        help="Also draw the charts into DIR as SVG and PNG: failed evaluations by phase "
+             "and failed items by category per submission (stacked bars), success by "
+             "cumulative tier (with tiers) and pass@k (with repeats).")] = None,
     home: HomeOpt = Path(".anvil"),
     db: DbOpt = None,
 ) -> None:
@@ -55,6 +60,9 @@ def report(
     - layered scores: item pass rate per `level` marker (leaf, mid, root)
     - integration gap: evaluations whose leaf items all pass while a mid/root item fails
     - failed items by category per submission; failed evaluations by phase per task
+    - pass@k (run --repeat K): mean of 1-C(n-c,k)/C(n,k) over task x submission (n runs, c pass)
+    - item flip rate: items whose outcome differs between repeats, of those judged in 2+ repeats
+    - quarantine: items the reference (folder `reference`) fails or that flip; scores without them
 
     The table is as wide as the terminal (reasons wrap inside their cell); sent
     to a file or a pipe, each row stays on one line.
@@ -73,6 +81,10 @@ def report(
         baseline = store.run(against)
         if baseline is None:
             raise fail(f"no run {against!r} in {store.url}")
+        if plot is not None:
+            raise fail("--plot draws one run's charts: not with --against")
+    if plot is not None:
+        _plot(store, record, plot)
     if format == "table" and output is None and sys.stdout.isatty():
         console = Console(highlight=False)
         if baseline is not None:
@@ -93,6 +105,18 @@ def report(
         where = f" ({exc.filename}: {exc.strerror})" if exc.filename else f" ({exc})"
         raise fail(f"{output}: cannot write the report{where}") from None
     err.print(f"wrote {escape(str(output))}")
+
+
+def _plot(store: Store, record: RunRecord, folder: Path) -> None:
+    from .._plots import write_charts  # matplotlib loads only for --plot
+
+    try:
+        written = write_charts(scoreboard(store, record).metrics, folder)
+    except OSError as exc:
+        where = f" ({exc.filename}: {exc.strerror})" if exc.filename else f" ({exc})"
+        raise fail(f"{folder}: cannot write the charts{where}") from None
+    for path in written:
+        err.print(f"wrote {escape(str(path))}")
 
 
 EXPORT_FORMATS = ("otlp-json",)

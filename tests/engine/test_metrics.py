@@ -233,12 +233,21 @@ def test_every_metric_matches_the_hand_computed_value(scored: tuple[Scored, str]
     ]
     assert m["failed_evaluations_by_phase"] == {"scored": {
         "build": 0, "startup": 1, "health": 0, "wiring": 0, "oracle": 3, "error": 1}}
+    # Per submission, every one listed: a none, b c d at the oracle, e at startup, f error.
+    assert [(row["submission"], {p: n for p, n in row["phases"].items() if n})
+            for row in m["failed_evaluations_by_phase_per_submission"]] == [
+        ("a", {}), ("b", {"oracle": 1}), ("c", {"oracle": 1}), ("d", {"oracle": 1}),
+        ("e", {"startup": 1}), ("f", {"error": 1})]
+    # Each submission ran once and none is the reference: no repeats, nothing to quarantine.
+    assert (m["repeats"], m["quarantine"]) == (None, None)
 
     table = anvil("report", run_id, home=s.home, cache=s.cache).stdout
     for line in ("item pass rate", "88% (21/24)", "requirement accuracy", "75% (9/12)",
                  "integration gap", "50% (2/4)", "+evolved-r1", "relative change base -> final:"
                  " -75.0%", "layered scores", "failed items by category",
-                 "failed evaluations by phase", "1 error(s) excluded"):
+                 "failed evaluations by phase", "1 error(s) excluded",
+                 "repeats: each task x submission was evaluated once",
+                 "quarantine: no item fails for the reference or flips"):
         assert line in table, line
 
 
