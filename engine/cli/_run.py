@@ -9,6 +9,7 @@ import shlex
 import signal
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -25,7 +26,7 @@ from .._events import EvaluationFinished
 from .._explain import explain
 from .._mocks import MockFabric
 from .._reaper import marked_processes, reap_orphans
-from .._run import Planned, Runner, RunSettings, evaluate_once, plan
+from .._run import Planned, Runner, RunSettings, evaluate_once, new_run_id, plan
 from .._store import EvaluationRecord, Store
 from .._subscribers import (
     STYLE,
@@ -85,6 +86,12 @@ def run(
         help="Also check each request the oracle sends against the task's openapi.yaml "
              "(by default only what the service controls: its responses and routes).",
     )] = False,
+    repeat: Annotated[int, typer.Option(
+        "--repeat", min=1, metavar="K",
+        help="Evaluate every submission K times in this run, each time its own evaluation; "
+             "`anvil report` then gives pass@k, the item flip rate and the items to "
+             "quarantine.",
+    )] = 1,
     home: HomeOpt = Path(".anvil"),
     db: DbOpt = None,
 ) -> None:
@@ -97,9 +104,11 @@ def run(
     """
     if resume is None and (not tasks or submissions is None):
         raise fail("give TASK... and --submissions DIR, or --resume RUN_ID")
+    if resume is not None and repeat != 1:
+        raise fail("--repeat is for a new run: --resume finishes the repeats the run has")
     try:
         code = run_async(_run, tasks or [], submissions, runtime, concurrency, resume,
-                          json_output, home, db, trace_body_limit, check_requests)
+                          json_output, home, db, trace_body_limit, check_requests, repeat)
     except AnvilError as exc:
         raise fail(str(exc), code_of(exc)) from None
     except KeyboardInterrupt:  # a Ctrl-C in the instant the run ends: it is kept all the same
@@ -111,12 +120,14 @@ async def _run(
     task_paths: list[Path], submissions: Path | None, runtime_name: str, concurrency: int,
     resume: str | None, json_output: bool, home: Path, db: str | None,
     trace_body_limit: int = DEFAULT_BODY_LIMIT, check_requests: bool = False,
+    repeat: int = 1,
 ) -> ExitCode:
     home = home.resolve()
     store = open_store(home, db)
     notices: list[str] = []
     planned: list[Planned] = []
     without_submissions: list[str] = []
+    new_id: str | None = None
     if resume:
         record = store.run(resume)
         if record is None:
@@ -134,6 +145,8 @@ async def _run(
         without_submissions = found.without_submissions
         if not planned:
             raise InputError(submissions, "nothing to evaluate: " + "; ".join(notices))
+        new_id = new_run_id()
+        planned = repeat_plan(planned, repeat, home / "runs" / new_id)
     reaped = reap_orphans()
     if reaped:
         err.print(f"reaped {plural(len(reaped), 'process')} left by a killed anvil")
@@ -145,6 +158,7 @@ async def _run(
         "concurrency": concurrency,
         "trace_body_limit": trace_body_limit,
         "check_requests": check_requests,
+        "repeat": repeat,
     })
     async with runtime, MockFabric() as fabric:
         # Each evaluation's own mock instances (their calls traced), then its trace and
@@ -152,7 +166,7 @@ async def _run(
         settings.attachments = default_attachments(
             store, fabric, Capture(body_limit=trace_body_limit), check_requests=check_requests)
         runner = Runner(store, runtime, settings)
-        run_id = resume or await runner.start(planned)
+        run_id = resume or await runner.start(planned, new_id)
         subscribers = [
             event_log(home / "runs" / run_id / "events.jsonl"),
             progress_display(err),
@@ -183,6 +197,33 @@ async def _run(
     if without_submissions or len(verdicts) < len(rows):
         return ExitCode.INCOMPLETE
     return ExitCode.OK
+
+
+def repeat_plan(planned: Sequence[Planned], repeat: int, run_dir: Path) -> list[Planned]:
+    """``planned`` ``repeat`` times over, one repeat after the other: the evaluation at
+    position p is repeat ``p // len(planned) + 1`` (reports find it again by counting the
+    evaluations of its task and submission folder name in position order).
+
+    The store keeps one evaluation per task and submission path in a run, so repeat r > 1
+    of a submission is evaluated through a link to its folder,
+    ``run_dir/repeat-<r>/<task id>/<folder name>``: the same files under the same folder
+    name, at a path of its own (``--resume`` finds it there too).
+
+    Raises:
+        InputError: a link cannot be made in ``run_dir``.
+    """
+    evaluations = list(planned)
+    for r in range(2, repeat + 1):
+        for p in planned:
+            link = run_dir / f"repeat-{r}" / p.task_id / p.submission.name
+            try:
+                link.parent.mkdir(parents=True, exist_ok=True)
+                link.symlink_to(p.submission.resolve(), target_is_directory=True)
+            except OSError as exc:
+                raise InputError(link, f"cannot link repeat {r} of the submission: "
+                                       f"{exc.strerror or exc}") from None
+            evaluations.append(replace(p, submission=link))
+    return evaluations
 
 
 def warn(message: str) -> None:
