@@ -32,8 +32,10 @@ For each way: wall time, evaluations per minute, the CPU seconds of its processe
 loop runs as a child, so the deltas hold everything each way ran: services, oracles,
 mocks, anvil itself), and the verdicts, which must agree across the ways (a warning
 line otherwise). ``busy`` = CPU seconds / cores / wall time (1.0: every core busy the
-whole run); anvil's figure is the "machine limit" of the issue. ``engine`` is anvil's
-own process's CPU (RUSAGE_SELF, reported by a small wrapper as it exits). On the
+whole run); anvil's figure is the "machine limit" of the issue. ``own`` is the orchestrator's
+own process's CPU (RUSAGE_SELF, reported by a small wrapper as it exits; for the loop,
+its script's, which hosts its mocks in-process as anvil does), and ``svc+oracle/eval``
+the rest per evaluation: what the services and oracles cost under each way. On the
 Docker runtime a service runs under the daemon, not as anyone's child: its CPU is not
 counted, so CPU figures there cover orchestration, mocks and oracles only.
 
@@ -93,7 +95,7 @@ class Way:
     wall: float
     cpu: float  # children's CPU seconds
     verdicts: dict[str, str]  # evaluation key (task/submission) -> verdict
-    engine_cpu: float | None = None
+    engine_cpu: float | None = None  # the orchestrator's own process (anvil; the loop's script)
     counts: Counter[str] = field(default_factory=Counter)
 
     def __post_init__(self) -> None:
@@ -110,6 +112,11 @@ class Way:
     @property
     def cpu_per_eval(self) -> float:
         return self.cpu / max(self.evaluations, 1)
+
+    @property
+    def children_per_eval(self) -> float:
+        """CPU per evaluation of what the orchestrator ran: services and oracles."""
+        return (self.cpu - (self.engine_cpu or 0.0)) / max(self.evaluations, 1)
 
     def busy(self, cores: int) -> float:
         return self.cpu / cores / self.wall
@@ -268,6 +275,8 @@ def naive(manifest: Path, scratch: Path) -> None:
                 for _, h in hosted:
                     portal.call(host.stop, h)
             print(json.dumps({"key": f"{task}/{key}", "verdict": verdict}), flush=True)
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    (scratch / "naive.own-cpu").write_text(str(own.ru_utime + own.ru_stime))
 
 
 def naive_one(entry: dict[str, Any], hosted: list[tuple[dict[str, Any], Any]], ini: Path,
@@ -380,7 +389,8 @@ def naive_way(scratch: Path, env: dict[str, str]) -> Way:
     if done.returncode != 0:
         sys.exit(f"the naive loop exited {done.returncode}:\n{done.stderr[-3000:]}")
     records = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    return Way("naive loop", wall, cpu, {r["key"]: r["verdict"] for r in records})
+    own = float((scratch / "naive.own-cpu").read_text())
+    return Way("naive loop", wall, cpu, {r["key"]: r["verdict"] for r in records}, own)
 
 
 # -- the report --------------------------------------------------------------------------
@@ -388,14 +398,16 @@ def naive_way(scratch: Path, env: dict[str, str]) -> Way:
 
 def table(ways: list[Way], cores: int) -> str:
     head = (f"{'way':<13}{'evals':>6}{'wall s':>8}{'eval/min':>9}{'CPU s':>8}"
-            f"{'CPU s/eval':>11}{'busy':>6}{'engine CPU s':>13}  pass/fail/error")
+            f"{'CPU s/eval':>11}{'busy':>6}{'own CPU s':>13}{'own/eval':>9}{'svc+oracle/eval':>16}"
+            "  pass/fail/error")
     rows = [head]
     for w in ways:
-        engine = "-" if w.engine_cpu is None else (
+        own = "-" if w.engine_cpu is None else (
             f"{w.engine_cpu:.1f} ({w.engine_cpu / w.cpu:.0%})" if w.cpu else f"{w.engine_cpu:.1f}")
+        own_each = "-" if w.engine_cpu is None else f"{w.engine_cpu / max(w.evaluations, 1):.2f}"
         rows.append(f"{w.name:<13}{w.evaluations:>6}{w.wall:>8.1f}{w.per_minute:>9.1f}"
                     f"{w.cpu:>8.1f}{w.cpu / max(w.evaluations, 1):>11.2f}"
-                    f"{w.busy(cores):>6.2f}{engine:>13}  "
+                    f"{w.busy(cores):>6.2f}{own:>13}{own_each:>9}{w.children_per_eval:>16.2f}  "
                     + "/".join(str(w.counts.get(v, 0)) for v in VERDICTS))
     return "\n".join(rows)
 
