@@ -1,5 +1,5 @@
 """CPU of the contract check per call: requests and responses without memory, with
-memory, and responses only (the default) with memory.
+memory, responses only with memory, and that with the fast path (the default).
 
 Replays the calls a run recorded (its proxy spans: method, path, query, headers and
 bodies as the store kept them) through a fresh :class:`telemetry.Contract` of each
@@ -55,32 +55,36 @@ def main() -> None:
     by_task: dict[str, tuple[str, list[str]]] = {}
     for ev in store.evaluations(run.id):
         by_task.setdefault(ev.task_id, (ev.task_path, []))[1].append(ev.id)
-    totals = [0.0, 0.0, 0.0]
+    totals = [0.0, 0.0, 0.0, 0.0]
     count = 0
     for task_id, (task_path, ids) in sorted(by_task.items()):
         calls = _calls(store, ids)
         document = yaml.safe_load((Path(task_path) / "openapi.yaml").read_text())
         results = []
-        for memo, requests in ((0, True), (8192, True), (8192, False)):
-            contract = Contract(document, memo=memo, requests=requests)
+        for memo, requests, fast in ((0, True, False), (8192, True, False),
+                                     (8192, False, False), (8192, False, True)):
+            contract = Contract(document, memo=memo, requests=requests, fast=fast)
             began = time.process_time()
-            found = [contract.check(call) for call in calls]
+            found = [contract.inspect(call) for call in calls]
             results.append((time.process_time() - began, found))
-        (full, plain), (warm, remembered), (lean, responses) = results
-        same = plain == remembered and all(
-            [v for v in a if v.kind != "request"] == b for a, b in zip(plain, responses,
-                                                                      strict=True))
+        (full, plain), (warm, remembered), (lean, responses), (quick, fast_found) = results
+        same = plain == remembered and responses == fast_found and all(
+            [v for v in a[0] if v.kind != "request"] == b[0]
+            for a, b in zip(plain, responses, strict=True))
         n = len(calls)
         print(f"{task_id:10} {n:5} calls  {full / n * 1e3:.3f} -> {warm / n * 1e3:.3f} "
-              f"(remembered) -> {lean / n * 1e3:.3f} ms/call (responses only); "
+              f"(remembered) -> {lean / n * 1e3:.3f} (responses only) -> "
+              f"{quick / n * 1e3:.3f} ms/call (fast path); "
               f"{'same violations' if same else 'VIOLATIONS DIFFER'}")
-        for i, spent in enumerate((full, warm, lean)):
+        for i, spent in enumerate((full, warm, lean, quick)):
             totals[i] += spent
         count += len(calls)
     if count:
         print(f"all        {count:5} calls  {totals[0] / count * 1e3:.3f} -> "
-              f"{totals[1] / count * 1e3:.3f} -> {totals[2] / count * 1e3:.3f} ms/call: "
-              f"{totals[0] / totals[2]:.2f}x less CPU than checking both sides afresh")
+              f"{totals[1] / count * 1e3:.3f} -> {totals[2] / count * 1e3:.3f} -> "
+              f"{totals[3] / count * 1e3:.3f} ms/call: {totals[0] / totals[3]:.2f}x less CPU "
+              f"than checking both sides afresh, {totals[2] / totals[3]:.2f}x less than "
+              "responses only without the fast path")
 
 
 if __name__ == "__main__":

@@ -16,11 +16,20 @@ parts are left out of the keys because they cannot change an outcome: ``Host`` (
 harness's address) and the credential after the scheme in ``Authorization`` (an
 OpenAPI document cannot constrain it; its security schemes only ask for the
 header and its scheme); ``Date`` of a response is left out too.
+
+Most responses are new (ids, timestamps), and openapi-core spends most of a check
+outside JSON Schema itself: resolving the document through pathable and copying a
+format checker for every call. So a response is first checked by :class:`_Fast`: the
+operation found the way openapi-core finds it, the body validated by the same
+validator class openapi-core uses, compiled once per response schema. A response it
+finds valid has no violations; anything else (an error, a status, media type or
+header it does not handle) goes to openapi-core, which words every violation.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import re
 import threading
@@ -29,13 +38,19 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
+from urllib.parse import urljoin, urlparse
 
 import yaml
 from multidict import CIMultiDict, MultiDict
 from openapi_core import Config, OpenAPI
 from openapi_core.datatypes import RequestParameters
+from openapi_core.templating.datatypes import TemplateResult
 from openapi_core.templating.paths.exceptions import OperationNotFound, PathNotFound
+from openapi_core.templating.paths.parsers import PathParser
 from openapi_core.templating.responses.exceptions import ResponseNotFound
+from openapi_schema_validator import OAS30ReadValidator, OAS31Validator
+from referencing import Registry, Resource
+from referencing.jsonschema import DRAFT4, DRAFT202012
 
 log = logging.getLogger("anvil.telemetry")
 T = TypeVar("T")
@@ -137,14 +152,16 @@ class Contract:
     """
 
     def __init__(self, document: Mapping[str, Any], name: str = "openapi.yaml",
-                 memo: int = 8192, *, requests: bool = False) -> None:
+                 memo: int = 8192, *, requests: bool = False, fast: bool = True) -> None:
         self.requests = requests
+        self.fast_hits = 0  # responses found valid without openapi-core
         self._requests: _Memo[tuple[list[Violation], str | None, bool]] = _Memo(memo)
         self._responses: _Memo[tuple[list[Violation], str | None]] = _Memo(memo)
         spec = dict(document)
         spec["servers"] = [{"url": "/"}]
         self.name = name
         self._api = OpenAPI.from_dict(spec)
+        self._fast = _Fast.build(spec) if fast else None
         request_cls = self._api.request_validator_cls
         response_cls = self._api.response_validator_cls
         if all(v is not None and hasattr(v, "_find_path") for v in (request_cls, response_cls)):
@@ -207,6 +224,11 @@ class Contract:
         # as ids, feed no response check), else by path.
         key = _response_key(call, request.route)
         answered = self._responses.get(key)
+        if answered is None and self._fast is not None:
+            route = self._fast.valid_route(call)
+            if route is not None:
+                self.fast_hits += 1
+                answered = ([], route)
         if answered is None:
             answered = (list(self._response_violations(call, request)), request.route)
             self._responses.put(key, answered)
@@ -235,6 +257,114 @@ class Contract:
                 continue
             for phrase in _describe(error):
                 yield Violation("response", f"response to {what}: {phrase}")
+
+
+_JSON_MEDIA = frozenset({"application/json", "application/vnd.api+json"})
+
+
+class _Fast:
+    """Says when a response is valid, cheaply, or that it cannot tell (then openapi-core
+    checks it): never the other way round, so it can only save work.
+
+    It answers only for what it handles exactly as openapi-core does: the operation
+    found by openapi-core's own path templates over the same URL in the same order
+    (concrete paths first, then templates by fewer variables; no ``servers`` on a path
+    or operation), a status listed as itself, a media type openapi-core parses as JSON
+    listed as itself, no response headers declared, and a document whose schemas
+    openapi-core validates with OAS30ReadValidator (3.0) or OAS31Validator (3.1, no
+    ``jsonSchemaDialect``), both with the 3.0 format checker as openapi-core uses them.
+    """
+
+    _URI = "urn:anvil:contract"
+
+    def __init__(self, spec: Mapping[str, Any], validator: Any, registry: Registry[Any]) -> None:
+        self._paths: dict[str, Any] = dict(spec.get("paths") or {})
+        self._validator = validator
+        self._registry = registry
+        self._parsers = {p: PathParser(p, post_expression="$") for p in self._paths}
+        self._compiled: dict[tuple[str, str, str, str], Any] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def build(cls, spec: Mapping[str, Any]) -> _Fast | None:
+        version = str(spec.get("openapi", ""))
+        if version.startswith("3.0."):
+            validator: Any = OAS30ReadValidator
+            resource: Resource[Any] = DRAFT4.create_resource(spec)
+        elif version.startswith("3.1.") and "jsonSchemaDialect" not in spec:
+            validator = OAS31Validator
+            resource = DRAFT202012.create_resource(spec)
+        else:
+            return None
+        return cls(spec, validator, Registry().with_resource(cls._URI, resource))
+
+    def valid_route(self, call: CallRecord) -> str | None:
+        """The call's route when its response is valid; None when this cannot tell."""
+        try:
+            return self._valid_route(call)
+        except Exception:  # noqa: BLE001 - anything unexpected: openapi-core decides
+            return None
+
+    def _valid_route(self, call: CallRecord) -> str | None:
+        route = self._route(call.method.lower(), call.path)
+        if route is None or not call.response_body or call.status is None:
+            return None
+        content_type = ""
+        for name, value in call.response_headers:
+            if name.lower() == "content-type":
+                content_type = value
+        mime = content_type.split(";")[0].lower().rstrip()
+        if mime not in _JSON_MEDIA:  # what openapi-core parses as JSON (others: bytes)
+            return None
+        validator = self._validator_for(route, call.method.lower(), str(call.status), mime)
+        if validator is None:
+            return None
+        body = json.loads(call.response_body)
+        return route if validator.is_valid(body) else None
+
+    def _route(self, method: str, path: str) -> str | None:
+        # openapi-core's order: the paths the URL ends with, in document order, then the
+        # templates that match its end, fewer variables first. It takes the first with
+        # the method whose match leaves exactly the server's URL ("/", as the contract is
+        # loaded) before it; this answers only when that is the first with the method.
+        name = urljoin(_Request.host_url, path)
+        concrete, templates = [], []
+        for pattern, parser in self._parsers.items():
+            if name.endswith(pattern):
+                concrete.append(TemplateResult(pattern, {}))
+            elif (found := parser.search(name)) is not None:
+                templates.append(TemplateResult(pattern, found.named))
+        templates.sort(key=lambda t: len(t.variables or {}))
+        for result in (*concrete, *templates):
+            item = self._paths[result.pattern]
+            if not isinstance(item, dict) or method not in item:
+                continue
+            if "servers" in item or "servers" in (item[method] or {}):
+                return None
+            before = name.rsplit(result.resolved, 1)[0]
+            return result.pattern if urlparse(before).path == "" else None
+        return None
+
+    def _validator_for(self, route: str, method: str, status: str, mime: str) -> Any:
+        key = (route, method, status, mime)
+        with self._lock:
+            if key in self._compiled:
+                return self._compiled[key]
+        responses = self._paths[route][method].get("responses") or {}
+        response = responses.get(status)
+        validator = None
+        if isinstance(response, dict) and "$ref" not in response \
+                and not response.get("headers") and mime in (response.get("content") or {}) \
+                and isinstance(response["content"][mime].get("schema"), dict) \
+                and "$schema" not in response["content"][mime]["schema"]:
+            pointer = "/".join(p.replace("~", "~0").replace("/", "~1") for p in (
+                "paths", route, method, "responses", status, "content", mime, "schema"))
+            validator = self._validator(
+                {"$ref": f"{self._URI}#/{pointer}"}, registry=self._registry,
+                format_checker=OAS30ReadValidator.FORMAT_CHECKER)
+        with self._lock:
+            self._compiled[key] = validator
+        return validator
 
 
 _WHAT = "\x00call\x00"  # in a remembered response message: the call it is shown for

@@ -134,12 +134,75 @@ def test_a_remembered_check_says_what_a_fresh_one_says() -> None:
     fresh = [Contract(ITEM_SPEC, memo=0, requests=True).check(c) for c in calls]
     memo = Contract(ITEM_SPEC, requests=True)
     assert [memo.check(c) for c in calls] == fresh
-    # a's second request and response; the responses of b, toolong, a-Basic and d
-    assert memo.remembered == 6
+    # a's second request and response; the responses of b, toolong and a-Basic (the valid
+    # responses of c and d need no memory: the fast path finds them valid)
+    assert memo.remembered == 5
+    assert memo.fast_hits == 2
     assert [v.message for v in fresh[2] if v.kind == "response"] == [
         "response to GET /items/b: 'date' missing from the body"]
     assert [v.kind for v in fresh[3]] == ["request", "response"]
     assert any(v.kind == "request" for v in fresh[4]) and not fresh[5]
+
+
+EDGE_SPEC: dict[str, Any] = {
+    "openapi": "3.1.0", "info": {"title": "t", "version": "1"},
+    "components": {"schemas": {"Item": {
+        "type": "object", "required": ["id", "at"], "additionalProperties": False,
+        "properties": {"id": {"type": "integer", "minimum": 1},
+                       "at": {"type": "string", "format": "date-time"},
+                       "note": {"type": ["string", "null"], "maxLength": 3}}}}},
+    "paths": {
+        "/items/{id}": {"get": {"parameters": [
+            {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}],
+            "responses": {
+            "200": {"description": "ok", "content": {"application/json": {
+                "schema": {"$ref": "#/components/schemas/Item"}}}},
+            "4XX": {"description": "no", "content": {"application/json": {
+                "schema": {"type": "object", "required": ["detail"]}}}},
+            "default": {"description": "else"}}}},
+        "/items/mine": {"get": {"responses": {"200": {
+            "description": "ok", "headers": {"X-Count": {"required": True, "schema": {
+                "type": "integer"}}},
+            "content": {"application/json": {"schema": {"type": "array"}}}}}}},
+        "/{a}/{b}": {"post": {"parameters": [
+            {"name": n, "in": "path", "required": True, "schema": {"type": "string"}}
+            for n in "ab"], "responses": {"200": {"description": "ok", "content": {
+            "application/problem+json": {"schema": {"type": "object"}}}}}}},
+    },
+}
+
+
+@pytest.mark.parametrize("spec_path", [None, *sorted(Path("tasks").glob("*/openapi.yaml"))],
+                         ids=lambda p: str(p) if p else "edge-cases")
+def test_the_fast_path_never_changes_a_check(spec_path: Path | None) -> None:
+    """Every response is checked with and without the fast path: same violations, same
+    route. The bundled contracts get a valid-looking and a broken body per operation."""
+    document = EDGE_SPEC if spec_path is None else yaml.safe_load(spec_path.read_text())
+    fast, slow = Contract(document, memo=0), Contract(document, memo=0, fast=False)
+    item = {"id": 1, "at": "2026-11-30T10:00:00Z", "note": None}
+    bodies: list[Any] = [item, {**item, "note": "long"}, {**item, "id": 0},
+                         {**item, "at": "yesterday"}, {**item, "extra": 1}, {"id": 1},
+                         [], [item], {"detail": "x"}, {}, "text", None, 3]
+    calls = []
+    for path, item_ in (document.get("paths") or {}).items():
+        concrete = path.replace("{", "x").replace("}", "")
+        for method, operation in item_.items():
+            if not isinstance(operation, dict) or "responses" not in operation:
+                continue
+            for status in [*operation["responses"], "200", "404", "418"]:
+                code = int(status) if status.isdigit() else 400 if status == "4XX" else 500
+                for body in bodies:
+                    for mime in ("application/json", "application/problem+json",
+                                 "application/json; charset=utf-8", "text/plain"):
+                        calls.append(CallRecord(
+                            method.upper(), concrete, (), (), None, code,
+                            [("Content-Type", mime)], json.dumps(body).encode()))
+    calls += [call("GET", "/x/items/5", 200, item), call("GET", "/items/mine", 200, []),
+              call("POST", "/solo", 200, {}), call("GET", "/items/5", 200, b"{not json")]
+    assert len(calls) > 100
+    for record in calls:
+        assert fast.inspect(record) == slow.inspect(record), record
+    assert fast.fast_hits > 0 and slow.fast_hits == 0
 
 
 def test_a_response_whose_body_is_unknown_is_not_checked(contract: Contract) -> None:
