@@ -344,11 +344,14 @@ BASE_URL = os.environ.get("BASE_URL", "http://127.0.0.1:8000")
 
 
 @pytest.mark.category("validation")
-def test_invalid_item_is_422_and_creates_nothing(owner):
-    """A missing, empty, non-string or too long name (or no object at all) is 422."""
-    for body in [{}, {"name": ""}, {"name": 7}, {"name": "x" * 101}, ["milk"]]:
-        r = requests.post(f"{BASE_URL}/items", json=body, headers=owner, timeout=10)
-        assert r.status_code == 422, f"{body!r}: {r.status_code} {r.text}"
+@pytest.mark.parametrize("body", [{}, {"name": ""}, {"name": 7}, {"name": "x" * 101}, ["milk"]],
+                         ids=["no-name", "empty", "not-a-string", "too-long", "not-an-object"])
+def test_invalid_item_is_422_and_creates_nothing(owner, body):
+    """A missing, empty, non-string or too long name (or no object at all) is 422.
+
+    One case per item: the first failure does not hide the rest."""
+    r = requests.post(f"{BASE_URL}/items", json=body, headers=owner, timeout=10)
+    assert r.status_code == 422, f"{body!r}: {r.status_code} {r.text}"
     assert requests.get(f"{BASE_URL}/items", headers=owner, timeout=10).json() == []
 ''',
     "state": '''\

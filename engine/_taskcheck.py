@@ -7,12 +7,14 @@ check fails. Every problem is its own line, naming the file and line.
 
 from __future__ import annotations
 
+import ast
 import difflib
 import json
 import os
 import re
 import subprocess
 import tempfile
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -22,6 +24,7 @@ import anyio
 from ._errors import AnvilError, InputError
 from ._oracle import oracle_command, oracle_env
 from ._run import evaluate_once
+from ._store import ITEM_MARKER_DEFAULTS
 from ._task import Task, TaskInspection, TaskProblem, inspect_task
 from .runtimes import make_runtime
 from .types import Verdict
@@ -113,7 +116,7 @@ async def _check_oracle(found: TaskInspection) -> list[Check]:
     if not collected.items:
         return [Check("oracle collects", "fail", f"{found.oracle_dir}: the oracle has no items")]
     checks = [Check("oracle collects", "ok", f"{len(collected.items)} items")]
-    bare = [nodeid for nodeid, category in collected.items if category is None]
+    bare = [item.nodeid for item in collected.items if item.category is None]
     if bare:
         named = ", ".join(bare[:MAX_NAMED]) + (
             f" and {len(bare) - MAX_NAMED} more" if len(bare) > MAX_NAMED else "")
@@ -122,34 +125,67 @@ async def _check_oracle(found: TaskInspection) -> list[Check]:
             f"{len(bare)} of {len(collected.items)} items have no "
             f"@pytest.mark.category(...) marker (reports group items by it): {named}"))
     else:
-        counts: dict[str, int] = {}
-        for _nodeid, category in collected.items:
-            counts[str(category)] = counts.get(str(category), 0) + 1
+        counts = _count(str(item.category) for item in collected.items)
         checks.append(Check("categories", "ok",
                             ", ".join(f"{name} {n}" for name, n in sorted(counts.items()))))
+    checks += _marker_counts(collected.items)
+    checks += await anyio.to_thread.run_sync(_loop_checks, collected.items, found.oracle_dir)
     return checks
+
+
+def _count(values: Iterable[str]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for value in values:
+        counts[value] = counts.get(value, 0) + 1
+    return counts
+
+
+@dataclass(frozen=True)
+class CollectedItem:
+    """One collected item: its category, its scoring markers as written (absent ones left
+    out, no defaults) and where its test function is (for reading its source)."""
+
+    nodeid: str
+    category: str | None = None
+    markers: dict[str, str] = field(default_factory=dict)
+    file: str | None = None  # the function's source file; None for a non-function item
+    line: int = 0  # the function's first line (its first decorator's)
+    function: str = ""
 
 
 @dataclass
 class Collected:
     """What collecting the oracle found: items with their category, and readable errors."""
 
-    items: list[tuple[str, str | None]] = field(default_factory=list)
+    items: list[CollectedItem] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
 
-# A plugin of this check only: pytest writes each collected item's category as it collects.
+# A plugin of this check only: pytest writes each collected item's category, scoring markers
+# and function as it collects.
 _COLLECTOR = '''\
+import inspect
 import json
 import os
+
+
+def _arg(item, name):
+    marker = item.get_closest_marker(name)
+    return str(marker.args[0]) if marker is not None and marker.args else None
 
 
 def pytest_collection_finish(session):
     with open(os.environ["ANVIL_COLLECTED"], "w", encoding="utf-8") as fh:
         for item in session.items:
-            marker = item.get_closest_marker("category")
-            category = str(marker.args[0]) if marker is not None and marker.args else None
-            fh.write(json.dumps({"nodeid": item.nodeid, "category": category}) + "\\n")
+            record = {"nodeid": item.nodeid, "category": _arg(item, "category"), "markers": {
+                name: value for name in ("tier", "visibility", "requirement", "level")
+                if (value := _arg(item, name)) is not None}}
+            function = getattr(item, "function", None)
+            code = getattr(inspect.unwrap(function), "__code__", None) if function else None
+            if code is not None:
+                record.update(file=code.co_filename, line=code.co_firstlineno,
+                              function=code.co_name)
+            fh.write(json.dumps(record) + "\\n")
 '''
 
 
@@ -177,8 +213,16 @@ async def collect_oracle(oracle_dir: Path, workdir: Path) -> Collected:
     output = (result.stdout + result.stderr).decode("utf-8", "replace")
     found = Collected()
     for record in _json_lines(collected_path):
-        category = record.get("category")
-        found.items.append((str(record["nodeid"]), None if category is None else str(category)))
+        category, markers, file = record.get("category"), record.get("markers"), record.get("file")
+        line = record.get("line")
+        found.items.append(CollectedItem(
+            nodeid=str(record["nodeid"]),
+            category=None if category is None else str(category),
+            markers={str(k): str(v) for k, v in markers.items()} if isinstance(markers, dict)
+            else {},
+            file=None if file is None else str(file),
+            line=line if isinstance(line, int) else 0,
+            function=str(record.get("function", ""))))
     for record in _json_lines(results_path):
         if "collect_error" in record:
             found.errors.append(_explain(str(record["collect_error"]), str(record["message"]),
@@ -254,6 +298,178 @@ def _error_line(text: str) -> str:
                   if not line.startswith(("=", "!", "_", "ERROR ", "no tests ran", "Interrupted"))
                   and not re.match(r"^\d+ errors? in [\d.]+s$", line)]
     return (meaningful[-1] if meaningful else "error")[:500]
+
+
+# --- the items' scoring markers and loops ------------------------------------------------
+
+SCORING_MARKERS = ("tier", "visibility", "requirement", "level")
+LEVEL_ORDER = ("leaf", "mid", "root")
+
+
+def _marker_counts(items: list[CollectedItem]) -> list[Check]:
+    """Counts per tier, visibility and level, and the number of requirements.
+
+    Said only for an oracle that uses scoring markers at all: for one that does not,
+    every item would be counted under the defaults, which says nothing the report does not.
+    """
+    if not any(item.markers for item in items):
+        return []
+    checks = []
+    for name, title in (("tier", "tiers"), ("visibility", "visibility")):
+        default = ITEM_MARKER_DEFAULTS[name]
+        counts = _count(item.markers.get(name, default) for item in items)
+        unmarked = sum(name not in item.markers for item in items)
+        note = f" ({unmarked} without a {name} marker, counted as {default})" if unmarked else ""
+        checks.append(Check(title, "ok", _counts_text(counts) + note))
+    # The oracle plugin refuses any other level at collection, so these are all there are.
+    levels = _count(item.markers.get("level", "none") for item in items)
+    checks.append(Check("levels", "ok", ", ".join(
+        f"{level} {levels[level]}" for level in (*LEVEL_ORDER, "none") if level in levels)))
+    requirements = {item.markers["requirement"] for item in items if "requirement" in item.markers}
+    without = sum("requirement" not in item.markers for item in items)
+    checks.append(Check("requirements", "ok", f"{len(requirements)} requirements" + (
+        f" ({without} items without a requirement marker)" if without else "")))
+    return checks
+
+
+def _counts_text(counts: dict[str, int]) -> str:
+    return ", ".join(f"{name} {n}" for name, n in sorted(counts.items()))
+
+
+#: What a call to the service looks like when no oracle helper is in between.
+HTTP_MODULES = frozenset({"requests", "httpx"})
+HTTP_METHODS = frozenset({"get", "post", "put", "patch", "delete", "head", "options", "request",
+                          "stream"})
+CLIENT_NAME = re.compile(r"(^|_)(session|client|http)$", re.IGNORECASE)
+
+
+def _loop_checks(items: list[CollectedItem], oracle_dir: Path) -> list[Check]:
+    """A warning per test function that sends requests inside a ``for`` loop over inputs.
+
+    One item then checks several cases and its first failure hides the rest; the
+    cases belong in ``pytest.mark.parametrize``. A loop over ``range(...)`` repeats
+    one request rather than trying inputs, and is not flagged. A request is a call
+    of ``requests``/``httpx``, of a client object, or of any function of the oracle
+    (helper, fixture factory, method) that itself makes one, wherever in ``oracle_dir``
+    (conftest.py included) it is defined.
+    """
+    sources = sorted({str(p) for p in oracle_dir.rglob("*.py") if "__pycache__" not in p.parts}
+                     | {item.file for item in items if item.file})
+    trees = dict(filter(None, (_parse(Path(file)) for file in sources)))
+    senders = _request_functions(trees.values())
+    checks: list[Check] = []
+    seen: set[tuple[str, int]] = set()
+    for item in items:
+        if item.file is None or (item.file, item.line) in seen or item.file not in trees:
+            continue
+        seen.add((item.file, item.line))
+        function = _function_at(trees[item.file], item.function, item.line)
+        loop = _request_loop(function, senders) if function is not None else None
+        if loop is not None:
+            test = item.nodeid.partition("[")[0]
+            checks.append(Check("loops", "warn", f"{item.file}:{loop.lineno}: {test}: "
+                                "loops hide cases: use pytest.mark.parametrize"))
+    return checks
+
+
+def _parse(path: Path) -> tuple[str, ast.Module] | None:
+    try:
+        return str(path), ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    except (OSError, SyntaxError, ValueError):
+        return None  # the oracle collected, so this is not its problem to report here
+
+
+def _functions(trees: Iterable[ast.AST]) -> Iterator[ast.FunctionDef | ast.AsyncFunctionDef]:
+    for tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                yield node
+
+
+def _request_functions(trees: Iterable[ast.Module]) -> frozenset[str]:
+    """Names of the oracle's functions that send a request, directly or through another.
+
+    The test modules and conftest.py files the items come from are read: a fixture
+    that returns a factory (``make_task``) counts, as its nested function sends.
+    """
+    defined = [(f.name, f, _receivers(f)) for f in _functions(trees)]
+    senders: set[str] = set()
+    while True:
+        more = {name for name, node, receivers in defined if name not in senders
+                and any(_is_request(call, senders, receivers) for call in _calls(node))}
+        if not more:
+            return frozenset(senders)
+        senders |= more
+
+
+def _calls(node: ast.AST) -> Iterator[ast.Call]:
+    return (n for n in ast.walk(node) if isinstance(n, ast.Call))
+
+
+def _receivers(function: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[str]:
+    """The names a method of the oracle may be called on inside ``function``: its
+    parameters (fixtures such as ``alice``) and ``self``."""
+    args = function.args
+    return frozenset({"self", *(a.arg for a in [*args.posonlyargs, *args.args,
+                                                 *args.kwonlyargs])})
+
+
+def _is_request(call: ast.Call, senders: frozenset[str] | set[str],
+                receivers: frozenset[str]) -> bool:
+    func = call.func
+    if isinstance(func, ast.Name):
+        return func.id in senders or func.id == "urlopen"
+    if not isinstance(func, ast.Attribute):
+        return False
+    owner = func.value.id if isinstance(func.value, ast.Name) else ""
+    if func.attr in HTTP_METHODS and (owner in HTTP_MODULES or CLIENT_NAME.search(owner)):
+        return True
+    # ``alice.post(...)`` on a fixture whose class sends; ``self.call`` inside that class. Not
+    # on any object: ``body.get(...)`` is a dict's, even where the oracle defines a ``get``.
+    return func.attr in senders and owner in receivers
+
+
+def _function_at(tree: ast.Module, name: str,
+                 line: int) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The definition of ``name`` whose first line (first decorator's) is ``line``."""
+    named = [f for f in _functions([tree]) if f.name == name]
+    for node in named:
+        if min([node.lineno, *(d.lineno for d in node.decorator_list)]) == line:
+            return node
+    return named[0] if len(named) == 1 else None
+
+
+def _request_loop(function: ast.FunctionDef | ast.AsyncFunctionDef,
+                  senders: frozenset[str]) -> ast.For | ast.AsyncFor | None:
+    """The first ``for`` statement of the function that sends a request in its body."""
+    # A parametrized argument is data (``body.get`` is a dict's), not a fixture to call.
+    receivers = _receivers(function) - _parametrized(function)
+    for node in ast.walk(function):
+        if not isinstance(node, ast.For | ast.AsyncFor) or _is_range(node.iter):
+            continue
+        if any(_is_request(call, senders, receivers)
+               for statement in node.body for call in _calls(statement)):
+            return node
+    return None
+
+
+def _parametrized(function: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
+    names: set[str] = set()
+    for decorator in function.decorator_list:
+        if (isinstance(decorator, ast.Call) and isinstance(decorator.func, ast.Attribute)
+                and decorator.func.attr == "parametrize" and decorator.args):
+            first = decorator.args[0]
+            if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                names.update(n.strip() for n in first.value.split(","))
+            elif isinstance(first, ast.List | ast.Tuple):
+                names.update(e.value for e in first.elts
+                             if isinstance(e, ast.Constant) and isinstance(e.value, str))
+    return names
+
+
+def _is_range(expr: ast.expr) -> bool:
+    return (isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name)
+            and expr.func.id == "range")
 
 
 # --- the reference -----------------------------------------------------------------------

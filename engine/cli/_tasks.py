@@ -56,7 +56,10 @@ def tasks_check(
 ) -> None:
     """Check task packages: files parse and validate (every problem on its own line, with
     file and line), the oracle collects and marks each item's category, the reference
-    passes. What cannot be checked (no reference/, no task.toml) is said, not failed."""
+    passes. What cannot be checked (no reference/, no task.toml) is said, not failed.
+    Also prints the items per category and, when the oracle uses scoring markers, per tier,
+    visibility and level, and the number of requirements; warns (file:line, test) about
+    tests that send requests in a `for` loop, whose first failure hides the other cases."""
     marks = {"ok": "[green]ok[/]  ", "fail": "[red]FAIL[/]", "warn": "[yellow]warn[/]",
              "skip": "[dim]skip[/]"}
     ok = True

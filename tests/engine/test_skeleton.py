@@ -36,8 +36,10 @@ def test_new_task_passes_tasks_check_as_written(tmp_path: Path, cache_dir: Path)
                   "--home", str(tmp_path / "home"), cache=cache_dir)
     assert done.returncode == 0, done.stderr
     lines = done.stderr.splitlines()
-    assert "ok   demo-api: categories: " + ", ".join(f"{c} 1" for c in sorted(CATEGORIES)) in lines
-    assert "ok   demo-api: reference passes: all 6 items pass" in lines
+    counts = {c: 5 if c == "validation" else 1 for c in CATEGORIES}  # 5 parametrised cases
+    assert "ok   demo-api: categories: " + ", ".join(
+        f"{c} {counts[c]}" for c in sorted(CATEGORIES)) in lines
+    assert "ok   demo-api: reference passes: all 10 items pass" in lines
     assert not [line for line in lines if not line.startswith("ok ")], lines
 
 

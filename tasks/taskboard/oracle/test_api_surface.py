@@ -8,6 +8,8 @@ import pytest
 import requests
 
 BASE_URL = os.environ.get("BASE_URL", "http://127.0.0.1:8000")
+# What most items here are; an item's own marks override these (the closest wins).
+pytestmark = [pytest.mark.tier("base"), pytest.mark.visibility("private"), pytest.mark.level("leaf")]
 
 
 def assert_datetime(value, what):
@@ -20,6 +22,8 @@ def assert_datetime(value, what):
 
 
 @pytest.mark.category("api_surface")
+@pytest.mark.visibility("public")
+@pytest.mark.requirement("R-health")
 def test_health_returns_ok():
     """GET /health answers 200 {"status": "ok"} without authentication."""
     r = requests.get(f"{BASE_URL}/health", timeout=10)
@@ -28,6 +32,8 @@ def test_health_returns_ok():
 
 
 @pytest.mark.category("api_surface")
+@pytest.mark.visibility("public")
+@pytest.mark.requirement("R-auth-register")
 def test_register_returns_user_without_password():
     """POST /auth/register answers 201 with {id, username} and no password field."""
     username = f"reg_{uuid.uuid4().hex[:16]}"
@@ -46,6 +52,9 @@ def test_register_returns_user_without_password():
 
 
 @pytest.mark.category("api_surface")
+@pytest.mark.visibility("public")
+@pytest.mark.requirement("R-auth-login")
+@pytest.mark.level("mid")
 def test_login_returns_bearer_token():
     """POST /auth/login answers 200 with a non-empty access_token and token_type bearer."""
     username = f"log_{uuid.uuid4().hex[:16]}"
@@ -67,6 +76,8 @@ def test_login_returns_bearer_token():
 
 
 @pytest.mark.category("api_surface")
+@pytest.mark.visibility("public")
+@pytest.mark.requirement("R-auth-me")
 def test_me_returns_caller(alice):
     """GET /me answers 200 with the caller's id and username."""
     r = requests.get(f"{BASE_URL}/me", headers=alice.headers, timeout=10)
@@ -75,6 +86,8 @@ def test_me_returns_caller(alice):
 
 
 @pytest.mark.category("api_surface")
+@pytest.mark.visibility("public")
+@pytest.mark.requirement("R-project-create")
 def test_create_project_shape(alice):
     """POST /projects answers 201 with a full Project object and zero counters."""
     name = f"Surface {uuid.uuid4().hex[:8]}"
@@ -96,6 +109,8 @@ def test_create_project_shape(alice):
 
 
 @pytest.mark.category("api_surface")
+@pytest.mark.visibility("public")
+@pytest.mark.requirement("R-task-create")
 def test_create_task_shape_and_defaults(alice, make_project):
     """POST /projects/{id}/tasks answers 201 with a Task: status todo, priority medium, description ""."""
     project = make_project(alice)
@@ -118,6 +133,8 @@ def test_create_task_shape_and_defaults(alice, make_project):
 
 
 @pytest.mark.category("api_surface")
+@pytest.mark.requirement("R-activity-feed")
+@pytest.mark.level("mid")
 def test_activity_event_shape(alice, make_project, make_task):
     """GET /projects/{id}/activity answers 200 with Event objects carrying every field."""
     project = make_project(alice)
@@ -138,6 +155,7 @@ def test_activity_event_shape(alice, make_project, make_task):
 
 
 @pytest.mark.category("api_surface")
+@pytest.mark.requirement("R-project-create")
 def test_create_project_description_defaults_to_empty(alice):
     """POST /projects without a description answers a Project whose description is ""."""
     r = requests.post(f"{BASE_URL}/projects", json={"name": "No description"}, headers=alice.headers, timeout=10)
@@ -146,6 +164,8 @@ def test_create_project_description_defaults_to_empty(alice):
 
 
 @pytest.mark.category("api_surface")
+@pytest.mark.requirement("R-project-list")
+@pytest.mark.level("mid")
 def test_list_projects_returns_project_objects(alice, make_project):
     """GET /projects answers 200 with a JSON array of Project objects."""
     project = make_project(alice)
@@ -155,6 +175,8 @@ def test_list_projects_returns_project_objects(alice, make_project):
 
 
 @pytest.mark.category("api_surface")
+@pytest.mark.requirement("R-task-list")
+@pytest.mark.level("mid")
 def test_list_tasks_returns_task_objects(alice, make_project, make_task):
     """GET /projects/{id}/tasks answers 200 with a JSON array of Task objects."""
     project = make_project(alice)
@@ -165,6 +187,7 @@ def test_list_tasks_returns_task_objects(alice, make_project, make_task):
 
 
 @pytest.mark.category("api_surface")
+@pytest.mark.requirement("R-project-update")
 def test_patch_project_returns_the_project(alice, make_project):
     """PATCH /projects/{id} answers 200 with the whole updated Project."""
     project = make_project(alice)
@@ -176,6 +199,7 @@ def test_patch_project_returns_the_project(alice, make_project):
 
 
 @pytest.mark.category("api_surface")
+@pytest.mark.requirement("R-task-update")
 def test_patch_task_returns_the_task(alice, make_project, make_task):
     """PATCH /tasks/{id} answers 200 with the whole updated Task."""
     project = make_project(alice)
@@ -189,6 +213,9 @@ def test_patch_task_returns_the_task(alice, make_project, make_task):
 
 
 @pytest.mark.category("api_surface")
+@pytest.mark.tier("evolved-r1")
+@pytest.mark.requirement("R-activity-feed")
+@pytest.mark.level("mid")
 def test_status_changed_event_shape(alice, make_project, make_task):
     """A status_changed event names the task and carries from_status and to_status."""
     project = make_project(alice)
@@ -205,6 +232,8 @@ def test_status_changed_event_shape(alice, make_project, make_task):
 
 
 @pytest.mark.category("api_surface")
+@pytest.mark.visibility("public")
+@pytest.mark.requirement("R-json-responses")
 def test_responses_are_json(alice):
     """Responses with a body are application/json."""
     r = requests.get(f"{BASE_URL}/me", headers=alice.headers, timeout=10)
@@ -213,6 +242,7 @@ def test_responses_are_json(alice):
 
 
 @pytest.mark.category("api_surface")
+@pytest.mark.requirement("R-task-delete")
 def test_delete_task_answers_204_with_empty_body(alice, make_project, make_task):
     """DELETE /tasks/{id} answers 204 with no body."""
     project = make_project(alice)
@@ -223,6 +253,7 @@ def test_delete_task_answers_204_with_empty_body(alice, make_project, make_task)
 
 
 @pytest.mark.category("api_surface")
+@pytest.mark.requirement("R-project-delete")
 def test_delete_project_answers_204_with_empty_body(alice, make_project):
     """DELETE /projects/{id} answers 204 with no body."""
     project = make_project(alice)
@@ -232,6 +263,7 @@ def test_delete_project_answers_204_with_empty_body(alice, make_project):
 
 
 @pytest.mark.category("api_surface")
+@pytest.mark.requirement("R-auth-logout")
 def test_logout_answers_204_with_empty_body(alice):
     """POST /auth/logout answers 204 with no body."""
     r = requests.post(f"{BASE_URL}/auth/logout", headers=alice.headers, timeout=10)
@@ -240,6 +272,8 @@ def test_logout_answers_204_with_empty_body(alice):
 
 
 @pytest.mark.category("api_surface")
+@pytest.mark.visibility("public")
+@pytest.mark.requirement("R-unknown-id-404")
 @pytest.mark.parametrize(
     ("method", "path", "body"),
     [
@@ -264,6 +298,8 @@ def test_unknown_id_is_404(method, path, body, alice):
 
 
 @pytest.mark.category("api_surface")
+@pytest.mark.tier("evolved-r1")
+@pytest.mark.requirement("R-unknown-route")
 def test_unknown_route_is_404(alice):
     """A route the API does not have answers 404."""
     r = requests.get(f"{BASE_URL}/no-such-route", headers=alice.headers, timeout=10)

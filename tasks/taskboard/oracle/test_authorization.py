@@ -7,6 +7,8 @@ import pytest
 import requests
 
 BASE_URL = os.environ.get("BASE_URL", "http://127.0.0.1:8000")
+# What most items here are; an item's own marks override these (the closest wins).
+pytestmark = [pytest.mark.tier("base"), pytest.mark.visibility("private"), pytest.mark.level("leaf")]
 
 # Every route that needs a token, with a body that would be valid for it. The ids are filled
 # in with a real project and task of the token's owner, so a 401 cannot hide behind a 404.
@@ -41,6 +43,8 @@ def call(method, path, body, headers, project, task):
 
 
 @pytest.mark.category("authorization")
+@pytest.mark.visibility("public")
+@pytest.mark.requirement("R-auth-bearer")
 @pytest.mark.parametrize(("method", "path", "body"), PROTECTED, ids=ROUTE_IDS)
 def test_missing_token_is_401(method, path, body, alice, make_project, make_task):
     """Every protected route answers 401 without an Authorization header."""
@@ -51,6 +55,9 @@ def test_missing_token_is_401(method, path, body, alice, make_project, make_task
 
 
 @pytest.mark.category("authorization")
+@pytest.mark.tier("evolved-r2")
+@pytest.mark.requirement("R-auth-logout")
+@pytest.mark.level("mid")
 @pytest.mark.parametrize(("method", "path", "body"), PROTECTED, ids=ROUTE_IDS)
 def test_logged_out_token_is_401(method, path, body, alice, make_project, make_task, log_out):
     """Every protected route answers 401 to a token that was logged out."""
@@ -62,6 +69,7 @@ def test_logged_out_token_is_401(method, path, body, alice, make_project, make_t
 
 
 @pytest.mark.category("authorization")
+@pytest.mark.requirement("R-auth-bearer")
 @pytest.mark.parametrize(
     "form",
     ["unknown-token", "other-scheme", "bare-token", "empty-bearer", "basic"],
@@ -80,6 +88,8 @@ def test_malformed_authorization_header_is_401(form, alice):
 
 
 @pytest.mark.category("authorization")
+@pytest.mark.visibility("public")
+@pytest.mark.requirement("R-auth-login")
 def test_wrong_password_is_401(alice):
     """POST /auth/login with a wrong password answers 401."""
     r = requests.post(
@@ -91,6 +101,7 @@ def test_wrong_password_is_401(alice):
 
 
 @pytest.mark.category("authorization")
+@pytest.mark.requirement("R-auth-login")
 def test_unknown_username_is_401(alice):
     """POST /auth/login with an unknown username answers 401."""
     r = requests.post(
@@ -102,6 +113,8 @@ def test_unknown_username_is_401(alice):
 
 
 @pytest.mark.category("authorization")
+@pytest.mark.tier("evolved-r2")
+@pytest.mark.requirement("R-auth-login")
 def test_login_username_is_case_sensitive(alice):
     """Logging in with the username in another case answers 401 (usernames are case-sensitive)."""
     r = requests.post(
@@ -113,6 +126,9 @@ def test_login_username_is_case_sensitive(alice):
 
 
 @pytest.mark.category("authorization")
+@pytest.mark.visibility("public")
+@pytest.mark.requirement("R-auth-logout")
+@pytest.mark.level("mid")
 def test_logout_invalidates_the_token(alice, log_out):
     """After POST /auth/logout the token used for it gets 401."""
     log_out(alice.headers)
@@ -121,6 +137,9 @@ def test_logout_invalidates_the_token(alice, log_out):
 
 
 @pytest.mark.category("authorization")
+@pytest.mark.tier("evolved-r2")
+@pytest.mark.requirement("R-auth-logout")
+@pytest.mark.level("mid")
 def test_logout_keeps_other_tokens_of_the_user(alice, login_again, log_out):
     """Logging one token out leaves another token of the same user valid."""
     second = login_again(alice)
@@ -131,6 +150,8 @@ def test_logout_keeps_other_tokens_of_the_user(alice, login_again, log_out):
 
 
 @pytest.mark.category("authorization")
+@pytest.mark.requirement("R-auth-login")
+@pytest.mark.level("mid")
 def test_each_login_issues_a_new_token(alice, login_again):
     """A second login returns a different token; both work."""
     second = login_again(alice)
@@ -140,6 +161,8 @@ def test_each_login_issues_a_new_token(alice, login_again):
 
 
 @pytest.mark.category("authorization")
+@pytest.mark.tier("evolved-r1")
+@pytest.mark.requirement("R-precedence-401")
 @pytest.mark.parametrize(
     ("method", "path", "body"),
     [
@@ -160,6 +183,8 @@ def test_401_wins_over_422(method, path, body, alice, make_project, make_task):
 
 
 @pytest.mark.category("authorization")
+@pytest.mark.tier("evolved-r1")
+@pytest.mark.requirement("R-precedence-401")
 @pytest.mark.parametrize("path", ["/projects/987654321", "/tasks/987654321"], ids=["project", "task"])
 def test_401_wins_over_404(path):
     """An unknown id requested without a token answers 401, not 404."""
@@ -168,6 +193,8 @@ def test_401_wins_over_404(path):
 
 
 @pytest.mark.category("authorization")
+@pytest.mark.visibility("public")
+@pytest.mark.requirement("R-ownership")
 def test_project_list_shows_only_own_projects(alice, bob, make_project):
     """GET /projects lists the caller's projects and none of another user's."""
     mine = make_project(alice)
@@ -181,6 +208,8 @@ def test_project_list_shows_only_own_projects(alice, bob, make_project):
 
 
 @pytest.mark.category("authorization")
+@pytest.mark.visibility("public")
+@pytest.mark.requirement("R-ownership")
 @pytest.mark.parametrize(
     ("method", "suffix", "body"),
     [
@@ -203,6 +232,9 @@ def test_other_users_project_is_404(method, suffix, body, alice, bob, make_proje
 
 
 @pytest.mark.category("authorization")
+@pytest.mark.tier("evolved-r1")
+@pytest.mark.requirement("R-ownership")
+@pytest.mark.level("mid")
 @pytest.mark.parametrize(
     ("method", "suffix", "body"),
     [
@@ -227,6 +259,8 @@ def test_other_users_failed_project_write_changes_nothing(
 
 
 @pytest.mark.category("authorization")
+@pytest.mark.visibility("public")
+@pytest.mark.requirement("R-ownership")
 @pytest.mark.parametrize(
     ("method", "body"),
     [("GET", None), ("PATCH", {"title": "Defaced"}), ("DELETE", None)],
@@ -242,6 +276,9 @@ def test_other_users_task_is_404(method, body, alice, bob, make_project, make_ta
 
 
 @pytest.mark.category("authorization")
+@pytest.mark.tier("evolved-r1")
+@pytest.mark.requirement("R-ownership")
+@pytest.mark.level("mid")
 def test_other_users_task_patch_changes_nothing(alice, bob, make_project, make_task):
     """A PATCH of another user's task leaves every field and the feed unchanged."""
     project = make_project(alice)
@@ -260,6 +297,9 @@ def test_other_users_task_patch_changes_nothing(alice, bob, make_project, make_t
 
 
 @pytest.mark.category("authorization")
+@pytest.mark.tier("evolved-r1")
+@pytest.mark.requirement("R-ownership")
+@pytest.mark.level("mid")
 def test_other_users_task_delete_keeps_task(alice, bob, make_project, make_task):
     """A DELETE of another user's task leaves the task in place."""
     project = make_project(alice)
@@ -270,6 +310,8 @@ def test_other_users_task_delete_keeps_task(alice, bob, make_project, make_task)
 
 
 @pytest.mark.category("authorization")
+@pytest.mark.tier("evolved-r1")
+@pytest.mark.requirement("R-precedence-404")
 def test_other_users_task_with_forbidden_transition_is_404_not_409(alice, bob, make_project, make_task):
     """A disallowed transition on another user's task answers 404 (404 wins over 409)."""
     project = make_project(alice)

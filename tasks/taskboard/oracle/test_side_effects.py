@@ -10,6 +10,8 @@ import pytest
 import requests
 
 BASE_URL = os.environ.get("BASE_URL", "http://127.0.0.1:8000")
+# What most items here are; an item's own marks override these (the closest wins).
+pytestmark = [pytest.mark.tier("base"), pytest.mark.visibility("private"), pytest.mark.level("mid")]
 
 
 def feed(user, project_id):
@@ -37,6 +39,8 @@ def delete_task(user, task_id):
 
 
 @pytest.mark.category("side_effects")
+@pytest.mark.visibility("public")
+@pytest.mark.requirement("R-activity-feed")
 def test_new_project_feed_has_project_created(alice, make_project):
     """A new project's feed holds exactly one project_created event with task_id null."""
     project = make_project(alice)
@@ -46,6 +50,8 @@ def test_new_project_feed_has_project_created(alice, make_project):
 
 
 @pytest.mark.category("side_effects")
+@pytest.mark.visibility("public")
+@pytest.mark.requirement("R-activity-feed")
 def test_task_create_records_task_created(alice, make_project, make_task):
     """Creating a task appends one task_created event naming the task."""
     project = make_project(alice)
@@ -54,6 +60,8 @@ def test_task_create_records_task_created(alice, make_project, make_task):
 
 
 @pytest.mark.category("side_effects")
+@pytest.mark.visibility("public")
+@pytest.mark.requirement("R-activity-feed")
 @pytest.mark.parametrize(
     ("path", "last"),
     [
@@ -75,6 +83,7 @@ def test_transition_records_status_changed(path, last, alice, make_project, make
 
 
 @pytest.mark.category("side_effects")
+@pytest.mark.requirement("R-activity-feed")
 def test_task_delete_records_task_deleted(alice, make_project, make_task):
     """Deleting a task appends one task_deleted event naming the task."""
     project = make_project(alice)
@@ -87,6 +96,9 @@ def test_task_delete_records_task_deleted(alice, make_project, make_task):
 
 
 @pytest.mark.category("side_effects")
+@pytest.mark.tier("evolved-r2")
+@pytest.mark.requirement("R-activity-order")
+@pytest.mark.level("root")
 def test_task_lifecycle_events_in_order(alice, make_project, make_task, set_status):
     """Create, two transitions and delete record task_created, status_changed x2, task_deleted, oldest first."""
     project = make_project(alice)
@@ -106,6 +118,8 @@ def test_task_lifecycle_events_in_order(alice, make_project, make_task, set_stat
 
 
 @pytest.mark.category("side_effects")
+@pytest.mark.tier("evolved-r2")
+@pytest.mark.requirement("R-activity-order")
 def test_event_ids_increase(alice, make_project, make_task, set_status):
     """Event ids are distinct and increase in feed order."""
     project = make_project(alice)
@@ -117,6 +131,7 @@ def test_event_ids_increase(alice, make_project, make_task, set_status):
 
 
 @pytest.mark.category("side_effects")
+@pytest.mark.requirement("R-activity-feed")
 def test_feed_holds_only_its_projects_events(alice, make_project, make_task):
     """Events of one project do not appear in another project's feed."""
     mine = make_project(alice)
@@ -128,6 +143,8 @@ def test_feed_holds_only_its_projects_events(alice, make_project, make_task):
 
 
 @pytest.mark.category("side_effects")
+@pytest.mark.tier("evolved-r2")
+@pytest.mark.requirement("R-activity-feed")
 def test_feed_keeps_events_of_deleted_task(alice, make_project, make_task):
     """Deleting a task keeps its task_created event and appends task_deleted; other tasks' events stay."""
     project = make_project(alice)
@@ -146,6 +163,8 @@ def test_feed_keeps_events_of_deleted_task(alice, make_project, make_task):
 
 
 @pytest.mark.category("side_effects")
+@pytest.mark.tier("evolved-r2")
+@pytest.mark.requirement("R-activity-feed")
 @pytest.mark.parametrize(
     ("path", "body"),
     [
@@ -169,6 +188,8 @@ def test_edit_records_no_event(path, body, alice, make_project, make_task):
 
 
 @pytest.mark.category("side_effects")
+@pytest.mark.tier("evolved-r1")
+@pytest.mark.requirement("R-activity-feed")
 def test_reads_record_no_event(alice, make_project, make_task):
     """Reading the project, its tasks, a task and the feed adds nothing to the feed."""
     project = make_project(alice)
@@ -181,6 +202,8 @@ def test_reads_record_no_event(alice, make_project, make_task):
 
 
 @pytest.mark.category("side_effects")
+@pytest.mark.tier("evolved-r2")
+@pytest.mark.requirement("R-activity-feed")
 @pytest.mark.parametrize(
     ("method", "path", "body"),
     [
@@ -203,6 +226,8 @@ def test_failed_request_records_no_event(method, path, body, alice, make_project
 
 
 @pytest.mark.category("side_effects")
+@pytest.mark.tier("evolved-r1")
+@pytest.mark.requirement("R-activity-feed")
 def test_other_users_task_create_records_no_event(alice, bob, make_project):
     """Another user's attempt to create a task in the project adds nothing to its feed."""
     project = make_project(alice)
@@ -217,6 +242,8 @@ def test_other_users_task_create_records_no_event(alice, bob, make_project):
 
 
 @pytest.mark.category("side_effects")
+@pytest.mark.visibility("public")
+@pytest.mark.requirement("R-counters")
 def test_task_create_raises_task_count(alice, make_project, make_task):
     """Each created task adds 1 to task_count and nothing to done_count."""
     project = make_project(alice)
@@ -228,6 +255,7 @@ def test_task_create_raises_task_count(alice, make_project, make_task):
 
 
 @pytest.mark.category("side_effects")
+@pytest.mark.requirement("R-counters")
 def test_in_progress_is_not_counted_done(alice, make_project, make_task, set_status):
     """Moving a task to in_progress leaves done_count at 0."""
     project = make_project(alice)
@@ -237,6 +265,8 @@ def test_in_progress_is_not_counted_done(alice, make_project, make_task, set_sta
 
 
 @pytest.mark.category("side_effects")
+@pytest.mark.visibility("public")
+@pytest.mark.requirement("R-counters")
 def test_finishing_a_task_raises_done_count(alice, make_project, make_task, set_status):
     """Moving a task into done adds 1 to done_count; task_count stays."""
     project = make_project(alice)
@@ -248,6 +278,8 @@ def test_finishing_a_task_raises_done_count(alice, make_project, make_task, set_
 
 
 @pytest.mark.category("side_effects")
+@pytest.mark.tier("evolved-r1")
+@pytest.mark.requirement("R-counters")
 def test_back_to_todo_keeps_counters(alice, make_project, make_task, set_status):
     """in_progress -> todo changes neither counter."""
     project = make_project(alice)
@@ -258,6 +290,8 @@ def test_back_to_todo_keeps_counters(alice, make_project, make_task, set_status)
 
 
 @pytest.mark.category("side_effects")
+@pytest.mark.tier("evolved-r1")
+@pytest.mark.requirement("R-counters")
 def test_deleting_a_done_task_lowers_both_counters(alice, make_project, make_task, set_status):
     """Deleting a done task subtracts 1 from task_count and from done_count."""
     project = make_project(alice)
@@ -270,6 +304,8 @@ def test_deleting_a_done_task_lowers_both_counters(alice, make_project, make_tas
 
 
 @pytest.mark.category("side_effects")
+@pytest.mark.tier("evolved-r1")
+@pytest.mark.requirement("R-counters")
 def test_deleting_an_open_task_lowers_task_count_only(alice, make_project, make_task, set_status):
     """Deleting a task that is not done subtracts 1 from task_count only."""
     project = make_project(alice)
@@ -282,6 +318,8 @@ def test_deleting_an_open_task_lowers_task_count_only(alice, make_project, make_
 
 
 @pytest.mark.category("side_effects")
+@pytest.mark.tier("evolved-r1")
+@pytest.mark.requirement("R-counters")
 def test_rejected_transition_keeps_counters(alice, make_project, make_task):
     """A todo -> done attempt (not allowed) leaves done_count at 0."""
     project = make_project(alice)
@@ -291,6 +329,8 @@ def test_rejected_transition_keeps_counters(alice, make_project, make_task):
 
 
 @pytest.mark.category("side_effects")
+@pytest.mark.tier("evolved-r1")
+@pytest.mark.requirement("R-counters")
 def test_project_list_shows_current_counters(alice, make_project, make_task, set_status):
     """GET /projects carries the same current task_count and done_count as GET /projects/{id}."""
     project = make_project(alice)

@@ -11,6 +11,8 @@ import pytest
 import requests
 
 BASE_URL = os.environ.get("BASE_URL", "http://127.0.0.1:8000")
+# What most items here are; an item's own marks override these (the closest wins).
+pytestmark = [pytest.mark.tier("base"), pytest.mark.visibility("private"), pytest.mark.level("mid")]
 PARALLEL = 10
 
 
@@ -36,6 +38,9 @@ def get_task(user, task_id):
 
 
 @pytest.mark.category("state")
+@pytest.mark.visibility("public")
+@pytest.mark.requirement("R-auth-register-unique")
+@pytest.mark.level("leaf")
 def test_duplicate_username_is_409():
     """Registering a username that is already taken answers 409."""
     username = f"dup_{uuid.uuid4().hex[:16]}"
@@ -50,6 +55,8 @@ def test_duplicate_username_is_409():
 
 
 @pytest.mark.category("state")
+@pytest.mark.tier("evolved-r1")
+@pytest.mark.requirement("R-auth-register-unique")
 def test_duplicate_registration_keeps_the_original_account():
     """After a 409 registration the first password still logs in and the second does not."""
     username = f"dup_{uuid.uuid4().hex[:16]}"
@@ -70,6 +77,9 @@ def test_duplicate_registration_keeps_the_original_account():
 
 
 @pytest.mark.category("state")
+@pytest.mark.tier("evolved-r2")
+@pytest.mark.requirement("R-usernames-case-sensitive")
+@pytest.mark.level("leaf")
 def test_usernames_differing_in_case_are_different_users():
     """Usernames are case-sensitive: `Name_x` and `name_x` register as two users."""
     base = f"Case_{uuid.uuid4().hex[:12]}"
@@ -87,6 +97,8 @@ def test_usernames_differing_in_case_are_different_users():
 
 
 @pytest.mark.category("state")
+@pytest.mark.visibility("public")
+@pytest.mark.requirement("R-project-read")
 def test_project_reads_back_as_created(alice, make_project):
     """GET /projects/{id} answers exactly the object POST /projects returned."""
     project = make_project(alice, description="first")
@@ -96,6 +108,8 @@ def test_project_reads_back_as_created(alice, make_project):
 
 
 @pytest.mark.category("state")
+@pytest.mark.tier("evolved-r1")
+@pytest.mark.requirement("R-project-create")
 def test_project_name_is_stored_exactly(alice, make_project):
     """A name with leading, inner and trailing spaces is stored without trimming."""
     project = make_project(alice, name="  Spaced  name ")
@@ -104,6 +118,7 @@ def test_project_name_is_stored_exactly(alice, make_project):
 
 
 @pytest.mark.category("state")
+@pytest.mark.requirement("R-project-update")
 def test_project_patch_changes_only_given_fields(alice, make_project):
     """PATCH /projects/{id} with a description keeps the name, and the change persists."""
     project = make_project(alice, name="Stable", description="first")
@@ -116,6 +131,8 @@ def test_project_patch_changes_only_given_fields(alice, make_project):
 
 
 @pytest.mark.category("state")
+@pytest.mark.visibility("public")
+@pytest.mark.requirement("R-project-update")
 def test_project_patch_name_persists(alice, make_project):
     """PATCH /projects/{id} with a name changes the name and keeps the description."""
     project = make_project(alice, name="Before", description="kept")
@@ -127,6 +144,9 @@ def test_project_patch_name_persists(alice, make_project):
 
 
 @pytest.mark.category("state")
+@pytest.mark.tier("evolved-r1")
+@pytest.mark.requirement("R-project-update")
+@pytest.mark.level("leaf")
 def test_project_empty_patch_changes_nothing(alice, make_project):
     """PATCH /projects/{id} with {} answers 200 with the project unchanged."""
     project = make_project(alice, description="same")
@@ -136,6 +156,8 @@ def test_project_empty_patch_changes_nothing(alice, make_project):
 
 
 @pytest.mark.category("state")
+@pytest.mark.tier("evolved-r2")
+@pytest.mark.requirement("R-list-order")
 def test_project_list_is_ordered_by_id(alice, make_project):
     """GET /projects lists the caller's projects by id ascending."""
     made = [make_project(alice)["id"] for _ in range(4)]
@@ -148,6 +170,8 @@ def test_project_list_is_ordered_by_id(alice, make_project):
 
 
 @pytest.mark.category("state")
+@pytest.mark.visibility("public")
+@pytest.mark.requirement("R-task-read")
 def test_task_reads_back_as_created(alice, make_project, make_task):
     """GET /tasks/{id} answers exactly the object the creation returned."""
     project = make_project(alice)
@@ -156,6 +180,8 @@ def test_task_reads_back_as_created(alice, make_project, make_task):
 
 
 @pytest.mark.category("state")
+@pytest.mark.tier("evolved-r1")
+@pytest.mark.requirement("R-task-create")
 def test_task_title_is_stored_exactly(alice, make_project, make_task):
     """A title with surrounding spaces is stored without trimming."""
     project = make_project(alice)
@@ -164,6 +190,8 @@ def test_task_title_is_stored_exactly(alice, make_project, make_task):
 
 
 @pytest.mark.category("state")
+@pytest.mark.visibility("public")
+@pytest.mark.requirement("R-task-update")
 def test_task_patch_persists_fields(alice, make_project, make_task):
     """PATCH /tasks/{id} of title, description and priority persists and leaves status alone."""
     project = make_project(alice)
@@ -180,6 +208,7 @@ def test_task_patch_persists_fields(alice, make_project, make_task):
 
 
 @pytest.mark.category("state")
+@pytest.mark.requirement("R-task-update")
 def test_task_patch_keeps_absent_fields(alice, make_project, make_task):
     """PATCH /tasks/{id} with only a priority keeps title, description and status."""
     project = make_project(alice)
@@ -191,6 +220,8 @@ def test_task_patch_keeps_absent_fields(alice, make_project, make_task):
 
 
 @pytest.mark.category("state")
+@pytest.mark.tier("evolved-r1")
+@pytest.mark.requirement("R-task-update")
 def test_task_empty_patch_changes_no_field(alice, make_project, make_task):
     """PATCH /tasks/{id} with {} answers 200 and every field but updated_at stays."""
     project = make_project(alice)
@@ -203,6 +234,9 @@ def test_task_empty_patch_changes_no_field(alice, make_project, make_task):
 
 
 @pytest.mark.category("state")
+@pytest.mark.tier("evolved-r2")
+@pytest.mark.requirement("R-timestamps")
+@pytest.mark.level("leaf")
 def test_task_updated_at_equals_created_at_at_creation(alice, make_project, make_task):
     """A new task's updated_at equals its created_at."""
     project = make_project(alice)
@@ -211,6 +245,8 @@ def test_task_updated_at_equals_created_at_at_creation(alice, make_project, make
 
 
 @pytest.mark.category("state")
+@pytest.mark.tier("evolved-r2")
+@pytest.mark.requirement("R-timestamps")
 @pytest.mark.parametrize(
     "body",
     [
@@ -232,6 +268,8 @@ def test_task_patch_moves_updated_at(body, alice, make_project, make_task):
 
 
 @pytest.mark.category("state")
+@pytest.mark.tier("evolved-r2")
+@pytest.mark.requirement("R-timestamps")
 def test_task_patch_response_carries_the_new_updated_at(alice, make_project, make_task):
     """The PATCH response's updated_at is the one GET /tasks/{id} then answers."""
     project = make_project(alice)
@@ -242,6 +280,8 @@ def test_task_patch_response_carries_the_new_updated_at(alice, make_project, mak
 
 
 @pytest.mark.category("state")
+@pytest.mark.tier("evolved-r2")
+@pytest.mark.requirement("R-timestamps")
 def test_rejected_patch_keeps_updated_at(alice, make_project, make_task):
     """A PATCH rejected with 409 leaves updated_at as it was."""
     project = make_project(alice)
@@ -251,6 +291,8 @@ def test_rejected_patch_keeps_updated_at(alice, make_project, make_task):
 
 
 @pytest.mark.category("state")
+@pytest.mark.tier("evolved-r2")
+@pytest.mark.requirement("R-list-order")
 def test_task_list_is_ordered_by_id(alice, make_project, make_task):
     """GET /projects/{id}/tasks lists exactly the project's tasks by id ascending."""
     project = make_project(alice)
@@ -263,6 +305,7 @@ def test_task_list_is_ordered_by_id(alice, make_project, make_task):
 
 
 @pytest.mark.category("state")
+@pytest.mark.requirement("R-task-list-filter")
 @pytest.mark.parametrize("status", ["todo", "in_progress", "done"])
 def test_task_list_filters_by_status(status, alice, make_project, make_task, set_status):
     """GET /projects/{id}/tasks?status=S lists only the tasks in S, by id ascending."""
@@ -285,6 +328,8 @@ def test_task_list_filters_by_status(status, alice, make_project, make_task, set
 
 
 @pytest.mark.category("state")
+@pytest.mark.tier("evolved-r2")
+@pytest.mark.requirement("R-ids-not-reused")
 def test_task_ids_are_not_reused_after_delete(alice, make_project, make_task):
     """A task created after a delete gets an id that no earlier task had."""
     project = make_project(alice)
@@ -297,6 +342,8 @@ def test_task_ids_are_not_reused_after_delete(alice, make_project, make_task):
 
 
 @pytest.mark.category("state")
+@pytest.mark.tier("evolved-r2")
+@pytest.mark.requirement("R-ids-not-reused")
 def test_project_ids_are_not_reused_after_delete(alice, make_project):
     """A project created after a delete gets an id that no earlier project had."""
     seen = [make_project(alice)["id"] for _ in range(3)]
@@ -308,6 +355,8 @@ def test_project_ids_are_not_reused_after_delete(alice, make_project):
 
 
 @pytest.mark.category("state")
+@pytest.mark.tier("evolved-r2")
+@pytest.mark.requirement("R-concurrency")
 def test_parallel_task_creates_are_all_kept(alice, make_project):
     """10 tasks created at once in one project: 10 distinct ids, all listed, task_count 10."""
     project = make_project(alice)
@@ -331,6 +380,8 @@ def test_parallel_task_creates_are_all_kept(alice, make_project):
 
 
 @pytest.mark.category("state")
+@pytest.mark.visibility("public")
+@pytest.mark.requirement("R-task-delete")
 @pytest.mark.parametrize("method", ["GET", "PATCH", "DELETE"])
 def test_deleted_task_is_404(method, alice, make_project, make_task):
     """After DELETE /tasks/{id} the task answers 404 on GET, PATCH and DELETE."""
@@ -345,6 +396,7 @@ def test_deleted_task_is_404(method, alice, make_project, make_task):
 
 
 @pytest.mark.category("state")
+@pytest.mark.requirement("R-task-delete")
 def test_deleted_task_is_not_listed(alice, make_project, make_task):
     """After DELETE /tasks/{id} the project's task list no longer has it."""
     project = make_project(alice)
@@ -357,6 +409,9 @@ def test_deleted_task_is_not_listed(alice, make_project, make_task):
 
 
 @pytest.mark.category("state")
+@pytest.mark.tier("evolved-r1")
+@pytest.mark.visibility("public")
+@pytest.mark.requirement("R-project-cascade")
 @pytest.mark.parametrize("method", ["GET", "PATCH", "DELETE"])
 def test_project_delete_cascades_to_tasks(method, alice, make_project, make_task, set_status):
     """After DELETE /projects/{id} every former task answers 404."""
@@ -376,6 +431,8 @@ def test_project_delete_cascades_to_tasks(method, alice, make_project, make_task
 
 
 @pytest.mark.category("state")
+@pytest.mark.visibility("public")
+@pytest.mark.requirement("R-project-delete")
 @pytest.mark.parametrize("suffix", ["", "/tasks", "/activity"], ids=["project", "tasks", "activity"])
 def test_deleted_project_is_404(suffix, alice, make_project, make_task):
     """After DELETE /projects/{id} the project, its task list and its feed answer 404."""
@@ -389,6 +446,7 @@ def test_deleted_project_is_404(suffix, alice, make_project, make_task):
 
 
 @pytest.mark.category("state")
+@pytest.mark.requirement("R-project-delete")
 def test_deleted_project_is_not_listed(alice, make_project):
     """After DELETE /projects/{id} the project is not in GET /projects."""
     project = make_project(alice)
@@ -399,6 +457,7 @@ def test_deleted_project_is_not_listed(alice, make_project):
 
 
 @pytest.mark.category("state")
+@pytest.mark.requirement("R-project-delete")
 @pytest.mark.parametrize("method", ["PATCH", "DELETE"])
 def test_deleted_project_cannot_be_changed(method, alice, make_project):
     """PATCH or a second DELETE of a deleted project answers 404."""
@@ -411,6 +470,7 @@ def test_deleted_project_cannot_be_changed(method, alice, make_project):
 
 
 @pytest.mark.category("state")
+@pytest.mark.requirement("R-project-delete")
 def test_deleted_project_accepts_no_new_task(alice, make_project):
     """POST /projects/{id}/tasks on a deleted project answers 404."""
     project = make_project(alice)
@@ -423,6 +483,8 @@ def test_deleted_project_accepts_no_new_task(alice, make_project):
 
 
 @pytest.mark.category("state")
+@pytest.mark.tier("evolved-r1")
+@pytest.mark.requirement("R-project-cascade")
 def test_project_delete_leaves_other_projects_alone(alice, make_project, make_task):
     """Deleting one project keeps the caller's other projects and their tasks intact."""
     doomed = make_project(alice)

@@ -13,6 +13,8 @@ import pytest
 import requests
 
 BASE_URL = os.environ.get("BASE_URL", "http://127.0.0.1:8000")
+# What most items here are; an item's own marks override these (the closest wins).
+pytestmark = [pytest.mark.tier("base"), pytest.mark.visibility("private"), pytest.mark.level("leaf")]
 MISSING = 987654321  # an id no item creates
 JSON = {"Content-Type": "application/json"}
 
@@ -35,6 +37,8 @@ def register(body):
 
 
 @pytest.mark.category("validation")
+@pytest.mark.visibility("public")
+@pytest.mark.requirement("R-auth-register-validation")
 @pytest.mark.parametrize(
     "username",
     [
@@ -53,6 +57,9 @@ def test_register_rejects_bad_username(username):
 
 
 @pytest.mark.category("validation")
+@pytest.mark.tier("evolved-r1")
+@pytest.mark.visibility("public")
+@pytest.mark.requirement("R-auth-register-validation")
 @pytest.mark.parametrize("length", [3, 32], ids=["3-chars", "32-chars"])
 def test_register_accepts_username_length_limits(length):
     """Usernames of exactly 3 and exactly 32 allowed characters are valid."""
@@ -63,6 +70,7 @@ def test_register_accepts_username_length_limits(length):
 
 
 @pytest.mark.category("validation")
+@pytest.mark.requirement("R-auth-register-validation")
 @pytest.mark.parametrize("length", [7, 129], ids=["7-chars", "129-chars"])
 def test_register_rejects_password_length(length):
     """Passwords shorter than 8 or longer than 128 characters answer 422."""
@@ -71,6 +79,9 @@ def test_register_rejects_password_length(length):
 
 
 @pytest.mark.category("validation")
+@pytest.mark.tier("evolved-r1")
+@pytest.mark.requirement("R-auth-register-validation")
+@pytest.mark.level("mid")
 @pytest.mark.parametrize("length", [8, 128], ids=["8-chars", "128-chars"])
 def test_register_accepts_password_length_limits(length):
     """Passwords of exactly 8 and exactly 128 characters are valid and log in."""
@@ -83,6 +94,7 @@ def test_register_accepts_password_length_limits(length):
 
 
 @pytest.mark.category("validation")
+@pytest.mark.requirement("R-auth-register-validation")
 @pytest.mark.parametrize(
     "body",
     [
@@ -107,6 +119,7 @@ def test_register_rejects_missing_fields_and_wrong_types(body):
 
 
 @pytest.mark.category("validation")
+@pytest.mark.requirement("R-malformed-json")
 def test_register_rejects_malformed_json():
     """A body that is not JSON answers 422."""
     r = requests.post(f"{BASE_URL}/auth/register", data="{not json", headers=JSON, timeout=10)
@@ -114,6 +127,9 @@ def test_register_rejects_malformed_json():
 
 
 @pytest.mark.category("validation")
+@pytest.mark.tier("evolved-r2")
+@pytest.mark.requirement("R-auth-register-validation")
+@pytest.mark.level("mid")
 def test_rejected_registration_does_not_reserve_the_name():
     """A registration rejected with 422 registers nobody: the name is still free afterwards."""
     username = fresh_name()
@@ -124,6 +140,8 @@ def test_rejected_registration_does_not_reserve_the_name():
 
 
 @pytest.mark.category("validation")
+@pytest.mark.tier("evolved-r2")
+@pytest.mark.requirement("R-precedence-422")
 def test_register_with_taken_name_and_bad_password_is_422_not_409(alice):
     """A taken username with a too-short password answers 422 (422 wins over 409)."""
     r = register({"username": alice.username, "password": "short"})
@@ -134,6 +152,7 @@ def test_register_with_taken_name_and_bad_password_is_422_not_409(alice):
 
 
 @pytest.mark.category("validation")
+@pytest.mark.requirement("R-auth-login-validation")
 @pytest.mark.parametrize(
     "body",
     [
@@ -150,6 +169,7 @@ def test_login_rejects_missing_fields_and_wrong_types(body):
 
 
 @pytest.mark.category("validation")
+@pytest.mark.requirement("R-malformed-json")
 def test_login_rejects_malformed_json():
     """POST /auth/login with a body that is not JSON answers 422."""
     r = requests.post(f"{BASE_URL}/auth/login", data="{not json", headers=JSON, timeout=10)
@@ -171,6 +191,8 @@ BAD_PROJECT_BODIES = [
 
 
 @pytest.mark.category("validation")
+@pytest.mark.visibility("public")
+@pytest.mark.requirement("R-project-validation")
 @pytest.mark.parametrize(
     "body", [pytest.param({"description": "no name"}, id="name-missing"), *BAD_PROJECT_BODIES]
 )
@@ -181,6 +203,8 @@ def test_create_project_rejects_bad_body(body, alice):
 
 
 @pytest.mark.category("validation")
+@pytest.mark.requirement("R-project-validation")
+@pytest.mark.level("mid")
 def test_rejected_project_create_creates_nothing(alice):
     """After POST /projects answers 422 the caller still has no project."""
     r = requests.post(f"{BASE_URL}/projects", json={"name": "n" * 101}, headers=alice.headers, timeout=10)
@@ -190,6 +214,9 @@ def test_rejected_project_create_creates_nothing(alice):
 
 
 @pytest.mark.category("validation")
+@pytest.mark.tier("evolved-r1")
+@pytest.mark.visibility("public")
+@pytest.mark.requirement("R-project-limits")
 @pytest.mark.parametrize(
     "body",
     [
@@ -207,6 +234,8 @@ def test_create_project_accepts_limits(body, alice):
 
 
 @pytest.mark.category("validation")
+@pytest.mark.requirement("R-project-validation")
+@pytest.mark.level("mid")
 @pytest.mark.parametrize("body", BAD_PROJECT_BODIES)
 def test_patch_project_rejects_bad_value(body, alice, make_project):
     """PATCH /projects/{id} with a blank, too long, null or mistyped field answers 422 and keeps the project."""
@@ -220,6 +249,8 @@ def test_patch_project_rejects_bad_value(body, alice, make_project):
 
 
 @pytest.mark.category("validation")
+@pytest.mark.tier("evolved-r1")
+@pytest.mark.requirement("R-project-limits")
 @pytest.mark.parametrize(
     "body",
     [
@@ -255,6 +286,7 @@ BAD_TASK_VALUES = [
 
 
 @pytest.mark.category("validation")
+@pytest.mark.requirement("R-task-validation")
 @pytest.mark.parametrize("body", [pytest.param({}, id="title-missing"), *BAD_TASK_VALUES])
 def test_create_task_rejects_bad_body(body, alice, make_project):
     """POST /projects/{id}/tasks with a missing, blank, too long, null or mistyped field answers 422."""
@@ -267,6 +299,8 @@ def test_create_task_rejects_bad_body(body, alice, make_project):
 
 
 @pytest.mark.category("validation")
+@pytest.mark.requirement("R-task-validation")
+@pytest.mark.level("mid")
 def test_rejected_task_create_creates_nothing(alice, make_project):
     """After POST /projects/{id}/tasks answers 422 the project still has no task."""
     project = make_project(alice)
@@ -278,6 +312,9 @@ def test_rejected_task_create_creates_nothing(alice, make_project):
 
 
 @pytest.mark.category("validation")
+@pytest.mark.tier("evolved-r1")
+@pytest.mark.visibility("public")
+@pytest.mark.requirement("R-task-limits")
 @pytest.mark.parametrize(
     "body",
     [
@@ -301,6 +338,8 @@ def test_create_task_accepts_limits_and_known_values(body, alice, make_project):
 
 
 @pytest.mark.category("validation")
+@pytest.mark.requirement("R-task-validation")
+@pytest.mark.level("mid")
 @pytest.mark.parametrize(
     "body",
     [
@@ -324,6 +363,8 @@ def test_patch_task_rejects_bad_value(body, alice, make_project, make_task):
 
 
 @pytest.mark.category("validation")
+@pytest.mark.tier("evolved-r1")
+@pytest.mark.requirement("R-task-limits")
 @pytest.mark.parametrize(
     "body",
     [
@@ -340,6 +381,8 @@ def test_patch_task_accepts_limits(body, alice, make_project, make_task):
 
 
 @pytest.mark.category("validation")
+@pytest.mark.tier("evolved-r1")
+@pytest.mark.requirement("R-task-list-filter")
 @pytest.mark.parametrize("status", ["archived", "DONE", ""])
 def test_task_list_unknown_status_filter_is_422(status, alice, make_project):
     """GET /projects/{id}/tasks?status=<not todo/in_progress/done> answers 422."""
@@ -357,6 +400,8 @@ def test_task_list_unknown_status_filter_is_422(status, alice, make_project):
 
 
 @pytest.mark.category("validation")
+@pytest.mark.tier("evolved-r1")
+@pytest.mark.requirement("R-malformed-json")
 @pytest.mark.parametrize(
     ("method", "path"),
     [
@@ -377,6 +422,7 @@ def test_malformed_json_is_422(method, path, alice, make_project, make_task):
 
 
 @pytest.mark.category("validation")
+@pytest.mark.requirement("R-unknown-fields")
 @pytest.mark.parametrize(
     ("path", "body"),
     [
@@ -395,6 +441,7 @@ def test_unknown_fields_are_ignored(path, body, alice, make_project):
 
 
 @pytest.mark.category("validation")
+@pytest.mark.requirement("R-unknown-fields")
 def test_register_ignores_unknown_fields():
     """POST /auth/register with an extra field answers 201."""
     username = fresh_name()
@@ -406,6 +453,8 @@ def test_register_ignores_unknown_fields():
 
 
 @pytest.mark.category("validation")
+@pytest.mark.tier("evolved-r1")
+@pytest.mark.requirement("R-precedence-422")
 @pytest.mark.parametrize(
     ("method", "path", "body"),
     [
@@ -424,6 +473,8 @@ def test_422_wins_over_404(method, path, body, alice):
 
 
 @pytest.mark.category("validation")
+@pytest.mark.tier("evolved-r2")
+@pytest.mark.requirement("R-precedence-422")
 def test_forbidden_transition_with_invalid_field_is_422_not_409(alice, make_project, make_task):
     """todo -> done together with a too long title answers 422 (422 wins over 409)."""
     project = make_project(alice)
@@ -438,6 +489,8 @@ def test_forbidden_transition_with_invalid_field_is_422_not_409(alice, make_proj
 
 
 @pytest.mark.category("validation")
+@pytest.mark.tier("evolved-r2")
+@pytest.mark.requirement("R-precedence-422")
 def test_transition_out_of_done_with_invalid_priority_is_422_not_409(alice, make_project, make_task, set_status):
     """done -> todo together with an unknown priority answers 422 (422 wins over 409)."""
     project = make_project(alice)

@@ -7,6 +7,8 @@ import pytest
 import requests
 
 BASE_URL = os.environ.get("BASE_URL", "http://127.0.0.1:8000")
+# What most items here are; an item's own marks override these (the closest wins).
+pytestmark = [pytest.mark.tier("evolved-r1"), pytest.mark.visibility("private"), pytest.mark.level("mid")]
 
 
 def patch(user, task_id, body):
@@ -32,6 +34,9 @@ def task_in(status, alice, make_project, make_task, set_status):
 
 
 @pytest.mark.category("workflow")
+@pytest.mark.tier("base")
+@pytest.mark.visibility("public")
+@pytest.mark.requirement("R-workflow-transitions")
 @pytest.mark.parametrize(
     ("start", "target"),
     [("todo", "in_progress"), ("in_progress", "done"), ("in_progress", "todo")],
@@ -47,6 +52,9 @@ def test_allowed_transition(start, target, alice, make_project, make_task, set_s
 
 
 @pytest.mark.category("workflow")
+@pytest.mark.tier("base")
+@pytest.mark.visibility("public")
+@pytest.mark.requirement("R-workflow-transitions")
 @pytest.mark.parametrize(
     ("start", "target"),
     [("todo", "done"), ("done", "todo"), ("done", "in_progress")],
@@ -61,6 +69,7 @@ def test_forbidden_transition_is_409(start, target, alice, make_project, make_ta
 
 
 @pytest.mark.category("workflow")
+@pytest.mark.requirement("R-workflow-same-status")
 @pytest.mark.parametrize("status", ["todo", "in_progress", "done"])
 def test_same_status_is_not_a_transition(status, alice, make_project, make_task, set_status):
     """PATCH with the current status answers 200 and applies the other fields, also for done."""
@@ -71,6 +80,8 @@ def test_same_status_is_not_a_transition(status, alice, make_project, make_task,
 
 
 @pytest.mark.category("workflow")
+@pytest.mark.tier("base")
+@pytest.mark.requirement("R-workflow-transitions")
 def test_full_forward_path(alice, make_project, make_task):
     """todo -> in_progress -> done walks the whole workflow in two PATCHes."""
     project = make_project(alice)
@@ -81,6 +92,8 @@ def test_full_forward_path(alice, make_project, make_task):
 
 
 @pytest.mark.category("workflow")
+@pytest.mark.requirement("R-workflow-transitions")
+@pytest.mark.level("root")
 def test_task_can_be_restarted_after_going_back(alice, make_project, make_task, set_status):
     """After in_progress -> todo the task can be started and finished again."""
     task = task_in("in_progress", alice, make_project, make_task, set_status)
@@ -90,6 +103,7 @@ def test_task_can_be_restarted_after_going_back(alice, make_project, make_task, 
 
 
 @pytest.mark.category("workflow")
+@pytest.mark.requirement("R-precedence-404")
 def test_transition_of_deleted_task_is_404_not_409(alice, make_project, make_task):
     """A forbidden transition on a deleted task answers 404 (404 wins over 409)."""
     project = make_project(alice)
@@ -101,6 +115,7 @@ def test_transition_of_deleted_task_is_404_not_409(alice, make_project, make_tas
 
 
 @pytest.mark.category("workflow")
+@pytest.mark.requirement("R-workflow-atomic")
 def test_transition_and_field_edit_apply_together(alice, make_project, make_task):
     """An allowed transition in a PATCH that also sets the title applies both."""
     project = make_project(alice)
@@ -112,6 +127,8 @@ def test_transition_and_field_edit_apply_together(alice, make_project, make_task
 
 
 @pytest.mark.category("workflow")
+@pytest.mark.tier("evolved-r2")
+@pytest.mark.requirement("R-workflow-atomic")
 def test_rejected_transition_changes_no_other_field(alice, make_project, make_task):
     """A 409 transition in a PATCH that also sets title and priority leaves every field unchanged."""
     project = make_project(alice)
@@ -124,6 +141,7 @@ def test_rejected_transition_changes_no_other_field(alice, make_project, make_ta
 
 
 @pytest.mark.category("workflow")
+@pytest.mark.requirement("R-workflow-create-todo")
 def test_create_ignores_requested_status(alice, make_project):
     """POST a task with "status": "done" creates it in todo (status is not settable on creation)."""
     project = make_project(alice)
@@ -140,6 +158,10 @@ def test_create_ignores_requested_status(alice, make_project):
 
 
 @pytest.mark.category("workflow")
+@pytest.mark.tier("base")
+@pytest.mark.visibility("public")
+@pytest.mark.requirement("R-journey")
+@pytest.mark.level("root")
 def test_end_to_end_journey():
     """Register, log in, create a project and tasks, finish one, delete the project, log out."""
     username = f"e2e_{uuid.uuid4().hex[:16]}"
