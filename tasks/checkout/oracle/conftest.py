@@ -4,12 +4,19 @@ Every item makes its own shoppers (random bearer tokens) and orders, so items ar
 independent of each other and of their order. The provider is the evaluation's payment
 mock: items read its state with the task's secret key (``provider_get``) and its journal
 through the ``payment`` fixture (anvil's mock fixtures), and arm faults on it.
+
+Time budget: task.toml gives the whole oracle 180 s. A request to the service waits at
+most ``SERVICE_TIMEOUT``; once a route has timed out (it hangs), later requests to it wait
+only ``HUNG_TIMEOUT``, and once several routes hung every request does: a service that hangs
+costs each remaining item well under a second, so every item still gets its verdict.
 """
 
 import hashlib
 import hmac
 import json
 import os
+import re
+import threading
 import time
 import uuid
 from urllib.parse import parse_qsl
@@ -23,6 +30,13 @@ PAYMENT_TOKEN = os.environ.get("PAYMENT_URL_TOKEN", "")
 SECRET_KEY = "sk_test_checkout_4eC39HqLyjWDarjtT1zdp7dc"
 ADMIN = {"X-Admin-Key": "checkout-admin-key"}
 WAIT = 10.0
+MISSING = 987654321  # an order id no item creates
+ONE_ITEM = [{"sku": "mug", "quantity": 1, "unit_price": 900}]
+SERVICE_TIMEOUT = 5.0  # a correct service answers in milliseconds, provider retries included
+HUNG_TIMEOUT = 0.5
+HUNG_ROUTES = 3  # this many hung routes: the whole service is treated as hung
+_hung: set[str] = set()
+_hung_lock = threading.Lock()
 
 
 def pytest_configure(config):
@@ -34,8 +48,24 @@ def shopper() -> dict:
     return {"Authorization": f"Bearer shopper-{uuid.uuid4().hex}"}
 
 
-def api(method: str, path: str, headers=None, **kwargs) -> requests.Response:
-    return requests.request(method, BASE_URL + path, headers=headers, timeout=15, **kwargs)
+def _route(method: str, path: str) -> str:
+    return f"{method} {re.sub(r'/[0-9]+', '/{id}', path.partition('?')[0])}"
+
+
+def api(method: str, path: str, headers=None, timeout: float = SERVICE_TIMEOUT,
+        **kwargs) -> requests.Response:
+    """One request to the service, bounded (see the module docstring)."""
+    route = _route(method, path)
+    with _hung_lock:
+        if route in _hung or len(_hung) >= HUNG_ROUTES:
+            timeout = HUNG_TIMEOUT
+    try:
+        return requests.request(method, BASE_URL + path, headers=headers, timeout=timeout,
+                                **kwargs)
+    except requests.Timeout:
+        with _hung_lock:
+            _hung.add(route)
+        raise AssertionError(f"{method} {path}: no answer within {timeout:g} s") from None
 
 
 def make_order(headers, items=None, currency=None) -> dict:
@@ -107,6 +137,15 @@ def listed(path: str, **params) -> list:
         after = page["data"][-1]["id"]
 
 
+def keep_only_endpoint(endpoint_id: str) -> None:
+    """Delete, at the provider, every webhook endpoint but ``endpoint_id`` (cleaning up
+    after an item that may leave a second one, which would sign later events twice)."""
+    for endpoint in listed("/v1/webhook_endpoints"):
+        if endpoint["id"] != endpoint_id:
+            requests.delete(f"{PAYMENT_URL}/v1/webhook_endpoints/{endpoint['id']}", timeout=10,
+                            headers={"Authorization": f"Bearer {SECRET_KEY}"})
+
+
 def intents_for(order_id) -> list:
     """The provider's PaymentIntents whose metadata names ``order_id``."""
     return [pi for pi in listed("/v1/payment_intents")
@@ -139,9 +178,11 @@ def current_secret():
     return None
 
 
+WEBHOOK_URL = f"{BASE_URL}/webhooks/payment"
+
+
 def register_webhooks() -> requests.Response:
-    return api("POST", "/webhooks/endpoint", ADMIN,
-               json={"url": f"{BASE_URL}/webhooks/payment"})
+    return api("POST", "/webhooks/endpoint", ADMIN, json={"url": WEBHOOK_URL})
 
 
 @pytest.fixture
@@ -186,28 +227,48 @@ def sign(payload: bytes, secret: str, at: int | None = None) -> str:
     return f"t={stamp},v1={digest}"
 
 
+def event(kind: str, subject: dict, event_id: str | None = None) -> bytes:
+    """An Event of type ``kind`` about ``subject``, as the provider would send it."""
+    body = {"id": event_id or f"evt_{uuid.uuid4().hex[:24]}", "object": "event",
+            "api_version": "2026-10-28.endive", "created": int(time.time()),
+            "livemode": False, "pending_webhooks": 1, "type": kind,
+            "request": {"id": None, "idempotency_key": None},
+            "data": {"object": subject}}
+    return json.dumps(body).encode()
+
+
 def intent_event(order: dict, amount=None, currency=None) -> bytes:
     """A payment_intent.succeeded event for ``order``, as the provider would send it."""
     pi = f"pi_forged{uuid.uuid4().hex[:16]}"
-    event = {"id": f"evt_{uuid.uuid4().hex[:24]}", "object": "event",
-             "api_version": "2026-10-28.endive", "created": int(time.time()),
-             "livemode": False, "pending_webhooks": 1, "type": "payment_intent.succeeded",
-             "request": {"id": None, "idempotency_key": None},
-             "data": {"object": {"id": pi, "object": "payment_intent",
-                                 "amount": order["amount"] if amount is None else amount,
-                                 "amount_received": order["amount"],
-                                 "currency": currency or order["currency"],
-                                 "metadata": {"order_id": str(order["id"])},
-                                 "status": "succeeded"}}}
-    return json.dumps(event).encode()
+    return event("payment_intent.succeeded", {
+        "id": pi, "object": "payment_intent",
+        "amount": order["amount"] if amount is None else amount,
+        "amount_received": order["amount"], "currency": currency or order["currency"],
+        "metadata": {"order_id": str(order["id"])}, "status": "succeeded"})
+
+
+def charge_event(order: dict, amount_refunded: int, metadata: bool = True) -> bytes:
+    """A charge.refunded event about the charge of paid ``order`` (named by its metadata,
+    or only by its payment_intent)."""
+    return event("charge.refunded", {
+        "id": f"ch_forged{uuid.uuid4().hex[:16]}", "object": "charge",
+        "amount": order["amount"], "amount_captured": order["amount"],
+        "amount_refunded": amount_refunded, "currency": order["currency"],
+        "payment_intent": order["payment_intent"],
+        "metadata": {"order_id": str(order["id"])} if metadata else {},
+        "refunded": amount_refunded >= order["amount"], "status": "succeeded"})
 
 
 def deliver(payload: bytes, signature: str | None) -> requests.Response:
     headers = {"Content-Type": "application/json"}
     if signature is not None:
         headers["Stripe-Signature"] = signature
-    return requests.post(f"{BASE_URL}/webhooks/payment", data=payload, headers=headers,
-                         timeout=10)
+    return api("POST", "/webhooks/payment", headers, data=payload)
+
+
+def posts(payment, path: str | None = None) -> int:
+    """How many POSTs (to ``path``, if given) reached the provider during this item."""
+    return len(payment.requests(method="POST", path=path))
 
 
 def deliveries(payment, event_type: str) -> list:
