@@ -160,6 +160,22 @@ def find_item(trace: Trace, nodeid: str) -> Node | None:
 _VERDICT_STYLE = {"pass": "green", "fail": "red", "error": "magenta"}
 
 
+def unaccounted_ns(trace: Trace) -> int:
+    """Nanoseconds of the evaluation (its root span) that no phase span covers: time the
+    timeline cannot explain (0 without a trace)."""
+    if trace.root is None:
+        return 0
+    root = trace.root.span
+    covered, reached = 0, root.start_ns
+    for phase in sorted((n.span for n in trace.root.children if n.is_phase),
+                        key=lambda s: s.start_ns):
+        start, end = max(phase.start_ns, reached), min(phase.end_ns, root.end_ns)
+        if end > start:
+            covered += end - start
+            reached = end
+    return max(root.end_ns - root.start_ns - covered, 0)
+
+
 def waterfall(trace: Trace, details: bool = False) -> Table:
     """The trace as a table: tree, duration, where in the evaluation, what happened.
 
@@ -188,8 +204,12 @@ def waterfall(trace: Trace, details: bool = False) -> Table:
     t1 = max(max(s.end_ns for s in under), t0 + 1)
     why = {nodeid: e.line for nodeid, e in trace.explanations.items()}
     _rows(table, trace.root, "", "", (t0, t1), details, why)
-    if trace.attempts > 1:
-        table.caption = f"latest of {trace.attempts} attempts"
+    notes = [f"latest of {trace.attempts} attempts"] if trace.attempts > 1 else []
+    gap = unaccounted_ns(trace)
+    if gap >= 1_000_000:  # under a millisecond is the clock's and the event loop's
+        notes.append(f"{gap / 1e6:.0f} ms of the evaluation is in no phase")
+    if notes:
+        table.caption = "; ".join(notes)
     return table
 
 

@@ -14,7 +14,7 @@ from rich.console import Console
 from engine import Phase, Store, Verdict
 from engine._mocks import MockFabric
 from engine._store import SpanRecord
-from engine._traces import load_trace, waterfall
+from engine._traces import load_trace, unaccounted_ns, waterfall
 from engine._tracing import default_attachments
 from telemetry import derived_span_id
 from tests.conftest import run_engine
@@ -86,9 +86,15 @@ async def test_a_traced_evaluation_has_phases_probes_and_the_services_mock_calls
     else:
         assert not any(docker.values())
 
+    # every moment of the evaluation is in a phase: no gap the timeline cannot explain
+    trace = load_trace(store, store.evaluation(result.evaluation_id))
+    gap = unaccounted_ns(trace)
+    print(f"unaccounted {gap / 1e6:.2f} ms of {(root.end_ns - root.start_ns) / 1e6:.0f} ms")
+    assert gap < 50_000_000, f"{gap / 1e6:.1f} ms of the evaluation is in no phase"
+
     # and the waterfall shows the mock call under its item
     console = Console(width=200, record=True, file=io.StringIO())
-    console.print(waterfall(load_trace(store, store.evaluation(result.evaluation_id))))
+    console.print(waterfall(trace))
     text = console.export_text()
     assert "echo ← POST /v1/echoes" in text
     assert text.index("test_a_note_goes_through_the_mock") < text.index("echo ← POST")
