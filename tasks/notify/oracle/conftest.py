@@ -5,10 +5,17 @@ each other and of their order. The provider is the evaluation's delivery mock: i
 read its objects with a key of their own (``provider_get``, marked so they can be told
 apart from the service's calls) and its journal through the ``delivery`` fixture
 (anvil's mock fixtures), arm faults on it and move its clock.
+
+Every call to the service is bounded (``api``): a few seconds while the service answers,
+under a second once it has let two calls time out, and a quarter of one once it has answered
+none of the last several calls. A route that hangs fails its own items without starving the
+rest, and a service that hangs on every route still lets all the items end within the
+oracle's budget (task.toml: 180 s) rather than time out the whole oracle.
 """
 
 import json
 import os
+import threading
 import uuid
 
 import pytest
@@ -22,6 +29,21 @@ WAREHOUSE = {"name": "Anvil Goods", "street1": "500 Forge Way", "city": "Portlan
              "state": "OR", "zip": "97201", "country": "US"}
 HOME = {"street1": "12 Byron St", "city": "London", "zip": "N1 7AA", "country": "GB"}
 DELIVERED_AFTER = 100_800  # seconds from the label's purchase to "delivered" (the mock's)
+IN_TRANSIT_AFTER = 3_600
+OUT_FOR_DELIVERY_AFTER = 86_400
+MISSING = 987_654_321  # an id no item creates
+REFUSED = {"error": {"code": "parameter_invalid", "message": "refused by the oracle",
+                     "param": None}}  # a provider 4xx body, as the provider writes them
+
+# Per-call timeouts (seconds): generous while the service answers, short once it hangs,
+# shorter still once it has answered nothing for several calls in a row.
+PATIENT_TIMEOUT = 5.0
+HURRIED_TIMEOUT = 0.75
+STRIKES = 2  # calls that timed out before every later call is hurried
+SILENT_TIMEOUT = 0.25
+SILENCE = 8  # timeouts in a row, with no answer between them, before calls are cut short
+_timeouts = {"count": 0, "in_a_row": 0}
+_timeouts_lock = threading.Lock()
 
 
 def pytest_configure(config):
@@ -32,11 +54,26 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:12]}"
 
 
+def call_timeout() -> float:
+    if _timeouts["in_a_row"] >= SILENCE:
+        return SILENT_TIMEOUT
+    return HURRIED_TIMEOUT if _timeouts["count"] >= STRIKES else PATIENT_TIMEOUT
+
+
 def api(method: str, path: str, shop=None, headers=None, **kwargs) -> requests.Response:
     sent = dict(headers or {})
     if shop is not None:
         sent.setdefault("Authorization", f"Bearer {shop['api_key']}")
-    return requests.request(method, BASE_URL + path, headers=sent, timeout=20, **kwargs)
+    try:
+        answer = requests.request(method, BASE_URL + path, headers=sent,
+                                  timeout=call_timeout(), **kwargs)
+    except requests.Timeout:
+        with _timeouts_lock:
+            _timeouts["count"] += 1
+            _timeouts["in_a_row"] += 1
+        raise
+    _timeouts["in_a_row"] = 0
+    return answer
 
 
 def make_shop() -> dict:
@@ -71,6 +108,10 @@ def make_order(shop, customer, **kwargs) -> dict:
     return r.json()
 
 
+def track(shop, placed) -> requests.Response:
+    return api("GET", f"/orders/{placed['id']}/tracking", shop)
+
+
 def provider_get(path: str, **params) -> dict:
     """The provider's own view of an object or list, read by the oracle."""
     r = requests.get(DELIVERY_URL + path, params=params, headers=PROVIDER_HEADERS, timeout=10)
@@ -87,9 +128,19 @@ def body_of(call) -> dict:
     return json.loads(call["body"] or "null")
 
 
+def recipients(message) -> list:
+    """A message's `to` as a list (the provider takes one string or a list)."""
+    return message["to"] if isinstance(message["to"], list) else [message["to"]]
+
+
 def messages_of(order_id) -> list:
     """The messages the provider holds for an order, oldest first."""
     return provider_get("/v1/messages", reference=f"order-{order_id}", limit=100)["data"]
+
+
+def shipments_of(order_id) -> list:
+    """The shipments the provider holds for an order, oldest first."""
+    return provider_get("/v1/shipments", reference=f"order-{order_id}", limit=100)["data"]
 
 
 @pytest.fixture
