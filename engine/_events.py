@@ -113,7 +113,8 @@ class ItemFinished(Event):
 
 @dataclass(frozen=True, kw_only=True)
 class EvaluationFinished(Event):
-    """An evaluation's verdict. ``final`` is False when an ``error`` will be retried."""
+    """An evaluation's verdict. ``final`` is False when an ``error`` will be retried;
+    ``node`` is the host that ran it when an executor ran it elsewhere (``ray``)."""
 
     run_id: str
     evaluation_id: str
@@ -126,6 +127,7 @@ class EvaluationFinished(Event):
     duration_s: float
     attempt: int
     final: bool = True
+    node: str | None = None
 
     @property
     def items_passed(self) -> int:

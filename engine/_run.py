@@ -35,7 +35,8 @@ from ._events import (
     RunFinished,
     RunStarted,
 )
-from ._lifecycle import DEFAULT_LOG_CAP, AttachmentFactory, Evaluation, Lifecycle, Limits
+from ._executors import Attempt, Executor, LocalExecutor
+from ._lifecycle import DEFAULT_LOG_CAP, AttachmentFactory, Evaluation, Limits
 from ._mocks import MockFabric, mock_problems
 from ._oracle_worker import OracleWorker, oracle_worker
 from ._reaper import owner_env
@@ -155,6 +156,8 @@ class RunSettings:
     #: Fork oracle runs from a warm worker (``ANVIL_ORACLE_WORKER=0``: a cold process each).
     oracle_worker: bool = field(
         default_factory=lambda: os.environ.get("ANVIL_ORACLE_WORKER", "1") != "0")
+    #: Where evaluations run: in this process (local) or on a Ray cluster (engine._ray).
+    executor: Executor = field(default_factory=LocalExecutor)
 
 
 class Runner:
@@ -225,7 +228,7 @@ class Runner:
         done = len(await anyio.to_thread.run_sync(self.store.evaluations, run_id)) - len(todo)
         run_dir = self.settings.home / "runs" / run_id
         run_dir.mkdir(parents=True, exist_ok=True)
-        limits = Limits.for_concurrency(self.settings.concurrency, self.settings.build_slots)
+        executor = self.settings.executor
         started = time.monotonic()
         streams = [self.bus.subscribe(getattr(s, "__qualname__", None)) for s in subscribers]
         # The store must never miss an event: its stream is unbounded (memory grows only
@@ -241,9 +244,12 @@ class Runner:
                 await self.bus.publish(RunStarted(
                     run_id=run_id, runtime=self.runtime.name, total=len(todo), done=done,
                 ))
+                warm = self.settings.oracle_worker and bool(todo) and executor.in_process
                 with anyio.CancelScope() as self._scope:
-                    async with oracle_worker(self.settings.oracle_worker and bool(todo)) as (
+                    async with executor.session(), oracle_worker(warm) as (
                             self._worker), anyio.create_task_group() as tg:
+                        limits = executor.limits(self.settings.concurrency,
+                                                 self.settings.build_slots)
                         for evaluation_id, position, planned in todo:
                             workdir = run_dir / _slug(position, planned)
                             tg.start_soon(self._evaluate, run_id, evaluation_id, planned,
@@ -287,11 +293,11 @@ class Runner:
                 return
             if attempt > 1:
                 await anyio.sleep(self.settings.retry_delay)
-            lifecycle = Lifecycle(evaluation, self.runtime, self.bus, limits,
-                                  self.settings.log_cap, self.settings.attachments,
-                                  oracle_worker=self._worker)
             try:
-                finished = await lifecycle.run(attempt, final=attempt == attempts)
+                finished = await self.settings.executor.run(Attempt(
+                    evaluation, attempt, attempt == attempts, self.bus, limits,
+                    self.settings.log_cap, self.runtime, self.settings.attachments,
+                    self._worker))
             except Exception as exc:  # noqa: BLE001 - one evaluation never takes the run down
                 log.exception("evaluation %s crashed", evaluation_id)
                 finished = EvaluationFinished(

@@ -10,6 +10,7 @@ event loop; the bus drops what such a subscriber cannot take (see
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import logging
@@ -39,6 +40,8 @@ from ._events import (
     RunStarted,
 )
 from .types import Verdict
+
+EVENT_LOG_BATCH = 512  # events per write of the event log, at most
 
 log = logging.getLogger("anvil.engine")
 
@@ -72,7 +75,13 @@ def event_log(path: Path) -> Subscriber:
         await anyio.Path(path.parent).mkdir(parents=True, exist_ok=True)
         async with await FileWriteStream.from_path(path, append=True) as out:
             async for event in stream:
-                await out.send((event.to_json() + "\n").encode())
+                # Every event queued by now goes in one write: a worker-thread round trip
+                # per event cost more than the events themselves.
+                lines = [event.to_json()]
+                with contextlib.suppress(anyio.WouldBlock, anyio.EndOfStream):
+                    while len(lines) < EVENT_LOG_BATCH:
+                        lines.append(stream.receive_nowait().to_json())
+                await out.send(("\n".join(lines) + "\n").encode())
 
     return isolated("event-log", write)
 
@@ -95,7 +104,10 @@ def json_lines(out: TextIO | None = None, on_closed: Callable[[str], None] | Non
         async for event in stream:
             if not (isinstance(event, EvaluationFinished) and event.final):
                 continue
-            line = json.dumps(event.summary()) + "\n"
+            summary = event.summary()
+            if event.node is not None:  # the host that ran it (the ray executor)
+                summary["node"] = event.node
+            line = json.dumps(summary) + "\n"
             try:
                 await anyio.to_thread.run_sync(_write_flush, target, line)
             except OSError as exc:

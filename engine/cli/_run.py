@@ -23,6 +23,7 @@ from telemetry import DEFAULT_BODY_LIMIT, Capture
 
 from .._errors import AnvilError, InputError
 from .._events import EvaluationFinished
+from .._executors import make_executor
 from .._explain import explain
 from .._mocks import MockFabric
 from .._reaper import marked_processes, reap_orphans
@@ -38,7 +39,7 @@ from .._subscribers import (
 from .._task import load_task
 from .._tracing import default_attachments
 from ..runtimes import make_runtime
-from ..types import Verdict
+from ..types import Phase, Verdict
 from ._app import (
     DbOpt,
     ExitCode,
@@ -92,6 +93,17 @@ def run(
              "`anvil report` then gives pass@k, the item flip rate and the items to "
              "quarantine.",
     )] = 1,
+    executor: Annotated[str | None, typer.Option(
+        "--executor", metavar="<local|ray>",
+        help="Where evaluations run: local (this machine) or ray (each evaluation whole on "
+             "a node of a Ray cluster; the `ray` extra). Default: local, or the resumed "
+             "run's.",
+    )] = None,
+    ray_address: Annotated[str | None, typer.Option(
+        "--ray-address", metavar="ADDR", envvar="RAY_ADDRESS",
+        help="The Ray cluster for --executor ray (default: the one `ray start` runs on "
+             "this machine).",
+    )] = None,
     home: HomeOpt = Path(".anvil"),
     db: DbOpt = None,
 ) -> None:
@@ -107,8 +119,11 @@ def run(
     if resume is not None and repeat != 1:
         raise fail("--repeat is for a new run: --resume finishes the repeats the run has")
     try:
+        if executor is not None:  # refused before anything starts (Ray not installed)
+            make_executor(executor, address=ray_address)
         code = run_async(_run, tasks or [], submissions, runtime, concurrency, resume,
-                          json_output, home, db, trace_body_limit, check_requests, repeat)
+                          json_output, home, db, trace_body_limit, check_requests, repeat,
+                          executor, ray_address)
     except AnvilError as exc:
         raise fail(str(exc), code_of(exc)) from None
     except KeyboardInterrupt:  # a Ctrl-C in the instant the run ends: it is kept all the same
@@ -120,7 +135,7 @@ async def _run(
     task_paths: list[Path], submissions: Path | None, runtime_name: str, concurrency: int,
     resume: str | None, json_output: bool, home: Path, db: str | None,
     trace_body_limit: int = DEFAULT_BODY_LIMIT, check_requests: bool = False,
-    repeat: int = 1,
+    repeat: int = 1, executor_name: str | None = None, ray_address: str | None = None,
 ) -> ExitCode:
     home = home.resolve()
     store = open_store(home, db)
@@ -138,6 +153,9 @@ async def _run(
         concurrency = options.get("concurrency", concurrency)
         trace_body_limit = options.get("trace_body_limit", trace_body_limit)
         check_requests = options.get("check_requests", check_requests)
+        executor_name = executor_name or options.get("executor")
+        if executor_name == "ray":  # the runtime asked for: each node resolves "auto" itself
+            runtime_name = options.get("node_runtime", runtime_name)
     else:
         assert submissions is not None
         found = plan(task_paths, submissions)
@@ -152,13 +170,17 @@ async def _run(
         err.print(f"reaped {plural(len(reaped), 'process')} left by a killed anvil")
     runtime, which = await make_runtime(runtime_name, home)
     err.print(escape(which))
-    settings = RunSettings(home=home, concurrency=concurrency, options={
+    executor = make_executor(executor_name or "local", address=ray_address,
+                             runtime=runtime_name, home=home)
+    settings = RunSettings(home=home, concurrency=concurrency, executor=executor, options={
         "tasks": [str(p.resolve()) for p in task_paths],
         "submissions": str(submissions.resolve()) if submissions else None,
         "concurrency": concurrency,
         "trace_body_limit": trace_body_limit,
         "check_requests": check_requests,
         "repeat": repeat,
+        "executor": executor.name,
+        "node_runtime": runtime_name,
     })
     async with runtime, MockFabric() as fabric:
         # Each evaluation's own mock instances (their calls traced), then its trace and
@@ -368,16 +390,31 @@ def verify(
         metavar="SUBMISSION", help="One submission folder (it has a Dockerfile).")],
     runtime: RuntimeOpt = "auto",
     home: HomeOpt = Path(".anvil"),
+    public: Annotated[bool, typer.Option(
+        "--public",
+        help="After the verdict line, one line per public item (marked visibility "
+             "\"public\", the default) with its outcome and, when it failed, its first "
+             "assertion line; private items stay one coarse line: PRIVATE PASS, or "
+             "PRIVATE FAIL phase=<phase>.",
+    )] = False,
 ) -> None:
     """Self-verification: one line on stdout and nothing else.
 
-    Nothing about item names, assertions or requests is revealed.
+    Nothing about item names, assertions or requests is revealed (with --public: only
+    about the task's public items).
 
     \b
     SELF_VERIFY_PASS                     exit 0
     SELF_VERIFY_FAIL phase=<phase>       exit 1: the submission failed that phase
     SELF_VERIFY_ERROR usage: <problem>   exit 2: bad arguments (e.g. a folder of submissions)
     SELF_VERIFY_ERROR harness: <reason>  exit 3: anvil could not judge; not the submission's fault
+
+    \b
+    with --public, then:
+    PUBLIC PASS <item>                   a public item that passed
+    PUBLIC FAIL <item>: <assertion>      a public item that failed (or errored)
+    PUBLIC SKIP <item>                   a public item that was skipped
+    PRIVATE PASS | PRIVATE FAIL phase=<phase>
     """
     logging.disable(logging.CRITICAL)
     problem = _not_one_submission(submission)
@@ -394,16 +431,40 @@ def verify(
         raise typer.Exit(ExitCode.ERROR) from None
     if result.verdict is Verdict.PASS:
         print("SELF_VERIFY_PASS")
+        if public:
+            _public_lines(result)
         raise typer.Exit(ExitCode.OK)
     phase = result.phase.value if result.phase else "error"
     if result.verdict is Verdict.FAIL:
         print(f"SELF_VERIFY_FAIL phase={phase}")
+        if public:
+            _public_lines(result)
         raise typer.Exit(ExitCode.FAILED)
     # What went wrong inside the oracle can name hidden items: say only where it was.
     why = ("the oracle could not run (details withheld)" if phase == "oracle"
            else _one_line(result.reason))
     print(f"SELF_VERIFY_ERROR harness: {why} (phase={phase})")
     raise typer.Exit(ExitCode.ERROR)
+
+
+def _public_lines(result: EvaluationFinished) -> None:
+    """The public items one by one, the private ones as one coarse line (verify --public).
+
+    An evaluation that failed before the oracle has no items: every line is the phase's."""
+    private_failed = False
+    for item in result.items:
+        if item.markers.get("visibility", "public") != "public":
+            private_failed = private_failed or item.failed
+            continue
+        if item.failed:
+            why = _one_line(item.message) if item.message else item.outcome.value
+            print(f"PUBLIC FAIL {item.nodeid}: {why}")
+        else:
+            print(f"PUBLIC {'PASS' if item.passed else 'SKIP'} {item.nodeid}")
+    phase = result.phase.value if result.phase else "error"
+    if result.verdict is Verdict.FAIL and result.phase is not Phase.ORACLE:
+        private_failed = True  # no item ran: the private ones did not pass either
+    print(f"PRIVATE FAIL phase={phase}" if private_failed else "PRIVATE PASS")
 
 
 def _not_one_submission(folder: Path) -> str | None:

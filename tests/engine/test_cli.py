@@ -205,6 +205,45 @@ def test_verify_prints_one_line_and_reveals_nothing(
         assert done.stderr == ""
 
 
+def test_verify_public_details_public_items_only(
+    make_submission: MakeSubmission, tmp_path: Path, cache_dir: Path
+) -> None:
+    """--public: each public item's outcome (and a failure's assertion); the private ones
+    as one coarse line that names none of them."""
+    def task_with(private: str) -> Path:
+        task = tmp_path / f"task-{private}"
+        shutil.copytree(TINY, task)
+        oracle = task / "oracle" / "test_tiny.py"
+        oracle.write_text(oracle.read_text().replace(
+            f"def {private}(", f"@pytest.mark.visibility(\"private\")\ndef {private}("))
+        return task
+
+    hidden = task_with("test_put_then_get")  # the item fail_item breaks
+    shown = task_with("test_unknown_is_404")
+    bad = make_submission("fail_item")
+    done = anvil("verify", str(hidden), str(bad), "--runtime", "process", "--public",
+                 home=tmp_path / "h1", cache=cache_dir)
+    assert done.returncode == 1, done.stderr
+    assert done.stdout.splitlines() == [
+        "SELF_VERIFY_FAIL phase=oracle",
+        "PUBLIC PASS test_tiny.py::test_health",
+        "PUBLIC PASS test_tiny.py::test_unknown_is_404",
+        "PUBLIC PASS test_tiny.py::test_slow_answers",
+        "PRIVATE FAIL phase=oracle",
+    ]
+    done = anvil("verify", str(shown), str(bad), "--runtime", "process", "--public",
+                 home=tmp_path / "h2", cache=cache_dir)
+    lines = done.stdout.splitlines()
+    assert lines[0] == "SELF_VERIFY_FAIL phase=oracle"
+    (failed,) = [line for line in lines if line.startswith("PUBLIC FAIL")]
+    assert failed.startswith("PUBLIC FAIL test_tiny.py::test_put_then_get: ")
+    assert "test_unknown_is_404" not in done.stdout and lines[-1] == "PRIVATE PASS"
+    crash = anvil("verify", str(hidden), str(make_submission("crash")), "--runtime",
+                  "process", "--public", home=tmp_path / "h3", cache=cache_dir)
+    assert crash.stdout.splitlines() == ["SELF_VERIFY_FAIL phase=startup",
+                                         "PRIVATE FAIL phase=startup"]
+
+
 def test_reports_validate_against_ctrf_and_junit_schemas(
     make_submission: MakeSubmission, tmp_path: Path, cache_dir: Path
 ) -> None:
