@@ -19,10 +19,9 @@ import sys
 from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, BinaryIO, TextIO
 
 import anyio
-from anyio.streams.file import FileWriteStream
 from anyio.streams.memory import MemoryObjectReceiveStream
 from rich.console import Console, RenderableType
 from rich.markup import escape
@@ -39,6 +38,7 @@ from ._events import (
     RunFinished,
     RunStarted,
 )
+from ._logs import INLINE_WRITE
 from .types import Verdict
 
 EVENT_LOG_BATCH = 512  # events per write of the event log, at most
@@ -73,17 +73,32 @@ def event_log(path: Path) -> Subscriber:
 
     async def write(stream: Stream) -> None:
         await anyio.Path(path.parent).mkdir(parents=True, exist_ok=True)
-        async with await FileWriteStream.from_path(path, append=True) as out:
+        out: BinaryIO = await anyio.to_thread.run_sync(lambda: path.open("ab"))
+        try:
             async for event in stream:
-                # Every event queued by now goes in one write: a worker-thread round trip
-                # per event cost more than the events themselves.
+                # Every event queued by now goes in one write, and a write of a few KiB
+                # goes to the page cache from the loop: a worker-thread round trip per
+                # event cost more than the events themselves (8% of anvil's CPU). Flushed
+                # each time, so a killed anvil loses no event already handled.
                 lines = [event.to_json()]
                 with contextlib.suppress(anyio.WouldBlock, anyio.EndOfStream):
                     while len(lines) < EVENT_LOG_BATCH:
                         lines.append(stream.receive_nowait().to_json())
-                await out.send(("\n".join(lines) + "\n").encode())
+                data = ("\n".join(lines) + "\n").encode()
+                if len(data) <= INLINE_WRITE:
+                    _write_flush_bytes(out, data)
+                else:
+                    await anyio.to_thread.run_sync(_write_flush_bytes, out, data)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(out.close)
 
     return isolated("event-log", write)
+
+
+def _write_flush_bytes(out: BinaryIO, data: bytes) -> None:
+    out.write(data)
+    out.flush()
 
 
 def json_lines(out: TextIO | None = None, on_closed: Callable[[str], None] | None = None
