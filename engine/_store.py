@@ -231,8 +231,19 @@ class Store:
         Raises:
             HarnessError: the database refused it.
         """
+        self.apply_many([ev])
+
+    def apply_many(self, events: Sequence[Event]) -> None:
+        """Write what ``events`` change, in their order, as one transaction (all or none,
+        so a batch that failed can be written again whole).
+
+        Raises:
+            HarnessError: the database refused it.
+        """
         try:
-            self._apply(ev)
+            with Session(self.engine) as session:
+                if any([self._stage(session, ev) for ev in events]):
+                    session.commit()
         except SQLAlchemyError as exc:
             raise HarnessError(f"store {self.url}: {_one_line(exc)}") from exc
 
@@ -253,59 +264,59 @@ class Store:
                 ))
             session.commit()
 
-    def _apply(self, ev: Event) -> None:
-        with Session(self.engine) as session:
-            if isinstance(ev, EvaluationStarted):
-                row = session.get(EvaluationRecord, ev.evaluation_id)
-                if row is None:
-                    return
-                # A new attempt replaces what an earlier, unfinished one wrote.
-                session.exec(delete(PhaseRecord).where(
-                    col(PhaseRecord.evaluation_id) == ev.evaluation_id))
-                session.exec(delete(ItemRecord).where(
-                    col(ItemRecord.evaluation_id) == ev.evaluation_id))
-                row.status, row.attempt = "running", ev.attempt
-                row.started_at = datetime.fromtimestamp(ev.ts, UTC)
-                session.add(row)
-            elif isinstance(ev, PhaseFinished):
-                session.add(PhaseRecord(
-                    evaluation_id=ev.evaluation_id, phase=ev.phase.value, ok=ev.ok,
-                    duration_s=ev.duration_s, message=ev.message,
-                ))
-            elif isinstance(ev, ItemFinished):
-                item = ev.item
-                session.add(ItemRecord(
-                    evaluation_id=ev.evaluation_id, nodeid=item.nodeid, category=item.category,
-                    outcome=item.outcome.value, duration_s=item.duration,
-                    message=item.message, traceback=item.traceback,
-                    markers=json.dumps(item.markers, sort_keys=True),
-                ))
-            elif isinstance(ev, EvaluationFinished):
-                row = session.get(EvaluationRecord, ev.evaluation_id)
-                if row is None:
-                    return
-                row.status = "done" if ev.final else "pending"
-                row.verdict = ev.verdict.value
-                row.phase = ev.phase.value if ev.phase else None
-                row.reason = ev.reason
-                row.attempt = ev.attempt
-                row.finished_at = datetime.fromtimestamp(ev.ts, UTC)
-                row.duration_s = ev.duration_s
-                row.items_passed, row.items_failed = ev.items_passed, ev.items_failed
-                row.items_skipped = ev.items_skipped
-                if ev.final:
-                    row.owner, row.lease_until = None, None
-                session.add(row)
-            elif isinstance(ev, RunFinishedEvent):
-                run = session.get(RunRecord, ev.run_id)
-                if run is None:
-                    return
-                run.status = "interrupted" if ev.interrupted else "finished"
-                run.finished_at = datetime.fromtimestamp(ev.ts, UTC)
-                session.add(run)
-            else:
-                return
-            session.commit()
+    def _stage(self, session: Session, ev: Event) -> bool:
+        """Add what one event changes to ``session``; True when it changes anything."""
+        if isinstance(ev, EvaluationStarted):
+            row = session.get(EvaluationRecord, ev.evaluation_id)
+            if row is None:
+                return False
+            # A new attempt replaces what an earlier, unfinished one wrote.
+            session.exec(delete(PhaseRecord).where(
+                col(PhaseRecord.evaluation_id) == ev.evaluation_id))
+            session.exec(delete(ItemRecord).where(
+                col(ItemRecord.evaluation_id) == ev.evaluation_id))
+            row.status, row.attempt = "running", ev.attempt
+            row.started_at = datetime.fromtimestamp(ev.ts, UTC)
+            session.add(row)
+        elif isinstance(ev, PhaseFinished):
+            session.add(PhaseRecord(
+                evaluation_id=ev.evaluation_id, phase=ev.phase.value, ok=ev.ok,
+                duration_s=ev.duration_s, message=ev.message,
+            ))
+        elif isinstance(ev, ItemFinished):
+            item = ev.item
+            session.add(ItemRecord(
+                evaluation_id=ev.evaluation_id, nodeid=item.nodeid, category=item.category,
+                outcome=item.outcome.value, duration_s=item.duration,
+                message=item.message, traceback=item.traceback,
+                markers=json.dumps(item.markers, sort_keys=True),
+            ))
+        elif isinstance(ev, EvaluationFinished):
+            row = session.get(EvaluationRecord, ev.evaluation_id)
+            if row is None:
+                return False
+            row.status = "done" if ev.final else "pending"
+            row.verdict = ev.verdict.value
+            row.phase = ev.phase.value if ev.phase else None
+            row.reason = ev.reason
+            row.attempt = ev.attempt
+            row.finished_at = datetime.fromtimestamp(ev.ts, UTC)
+            row.duration_s = ev.duration_s
+            row.items_passed, row.items_failed = ev.items_passed, ev.items_failed
+            row.items_skipped = ev.items_skipped
+            if ev.final:
+                row.owner, row.lease_until = None, None
+            session.add(row)
+        elif isinstance(ev, RunFinishedEvent):
+            run = session.get(RunRecord, ev.run_id)
+            if run is None:
+                return False
+            run.status = "interrupted" if ev.interrupted else "finished"
+            run.finished_at = datetime.fromtimestamp(ev.ts, UTC)
+            session.add(run)
+        else:
+            return False
+        return True
 
     def claim(self, evaluation_id: str, owner: str, lease_seconds: float) -> bool:
         """Take ``evaluation_id`` for ``owner`` unless another live anvil holds it.
