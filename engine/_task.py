@@ -1,12 +1,15 @@
 """Task packages: loading and validating ``tasks/<id>/``.
 
-Two shapes are accepted:
+Three shapes are accepted:
 
 * anvil's own: ``task.toml``, ``spec.md``, ``openapi.yaml``, ``oracle/``,
   optionally ``reference/``;
 * BackendForge's: no ``task.toml``; ``spec.md``, ``openapi.yaml`` and a
   ``tests/`` folder of pytest files using ``requests`` and ``BASE_URL``.
   Defaults apply (port 8000, health probe accepts any HTTP answer).
+* Harbor's: ``task.toml`` in Harbor's schema, ``instruction.md``, ``tests/`` (its pytest
+  files are the oracle), optionally ``solution/`` as the reference, plus anvil's
+  ``openapi.yaml``; read by ``engine._harbor`` (docs/harbor.md).
 
 Everything that can be checked without running anything is checked when a task
 loads (a few milliseconds, plus ~0.1 s of OpenAPI validation for a large
@@ -32,6 +35,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from . import _harbor
 from ._errors import TaskFormatError
 from .types import Phase
 
@@ -93,6 +97,8 @@ class Task:
     root: Path
     config: TaskConfig
     oracle_dir: Path
+    # The reference's folder under root: Harbor's is solution/; None: the task has none.
+    reference_name: str | None = "reference"
 
     @property
     def id(self) -> str:
@@ -100,7 +106,9 @@ class Task:
 
     @property
     def reference(self) -> Path | None:
-        ref = self.root / "reference"
+        if self.reference_name is None:
+            return None
+        ref = self.root / self.reference_name
         return ref if ref.is_dir() else None
 
     def lease_seconds(self) -> float:
@@ -132,7 +140,7 @@ class TaskProblem:
         return f"{where}: {self.problem}"
 
 
-Layout = Literal["anvil", "backendforge"]
+Layout = Literal["anvil", "backendforge", "harbor"]
 
 
 @dataclass(frozen=True)
@@ -148,6 +156,7 @@ class TaskInspection:
     config: TaskConfig | None
     oracle_dir: Path | None
     problems: tuple[TaskProblem, ...]
+    reference_name: str | None = "reference"
 
     def problems_in(self, *paths: Path) -> list[TaskProblem]:
         """The problems of the given files (or of anything under the given folders)."""
@@ -173,7 +182,8 @@ class TaskInspection:
                 error.args = ("\n".join(str(p) for p in self.problems),)
             raise error
         assert self.config is not None and self.oracle_dir is not None
-        return Task(root=self.root, config=self.config, oracle_dir=self.oracle_dir)
+        return Task(root=self.root, config=self.config, oracle_dir=self.oracle_dir,
+                    reference_name=self.reference_name)
 
 
 def load_task(path: Path | str) -> Task:
@@ -197,6 +207,12 @@ def inspect_task(path: Path | str) -> TaskInspection:
     toml_path = root / "task.toml"
     layout: Layout
     config: TaskConfig | None
+    if toml_path.is_file() and _harbor.is_harbor(root, _peek_toml(toml_path)):
+        return _inspect_harbor(root)
+    if _harbor.lacks_config(root):
+        problem = TaskProblem(toml_path, "missing (a Harbor task folder, with instruction.md "
+                                         "and tests/, needs its task.toml)")
+        return TaskInspection(root, None, None, None, (problem,))
     if toml_path.is_file():
         layout = "anvil"
         config = _parse_toml(toml_path, problems)
@@ -221,6 +237,57 @@ def inspect_task(path: Path | str) -> TaskInspection:
     )
 
 
+def _inspect_harbor(root: Path) -> TaskInspection:
+    """A Harbor folder: its task.toml mapped to anvil's (engine._harbor), tests/ as the oracle."""
+    toml_path = root / "task.toml"
+    problems: list[TaskProblem] = []
+    config = None
+    loaded = _read_toml(toml_path, problems)
+    if loaded is not None:
+        config = _harbor_config(toml_path, *loaded, root.resolve().name, problems)
+    for issue in _harbor.folder_issues(root):
+        problems.append(TaskProblem(issue.path or root, issue.message))
+    oracle_dir = root / _harbor.TESTS
+    if not any(p.path == oracle_dir for p in problems):  # else it is said already
+        problems += _check_oracle_files(oracle_dir)
+    openapi = root / "openapi.yaml"
+    if openapi.is_file():
+        problems += check_openapi(openapi)
+    else:
+        problems.append(TaskProblem(openapi, "missing (Harbor has no contract file: anvil needs "
+                                             "the service's OpenAPI 3 contract at the task "
+                                             "root, which Harbor ignores)"))
+    return TaskInspection(
+        root=root.resolve(),
+        layout="harbor",
+        config=config,
+        oracle_dir=oracle_dir.resolve() if oracle_dir.is_dir() else None,
+        problems=tuple(problems),
+        reference_name=_harbor.reference_name(root),
+    )
+
+
+def _harbor_config(path: Path, text: str, data: dict[str, Any], folder: str,
+                   problems: list[TaskProblem]) -> TaskConfig | None:
+    settings, issues = _harbor.read_config(data, folder)
+    lines = _key_lines(text)
+    problems += [TaskProblem(path, i.message, _line_of(i.key, lines)) for i in issues]
+    if issues:
+        return None
+    try:
+        return TaskConfig.model_validate(settings)
+    except ValidationError as exc:
+        # Harbor's values were checked by engine._harbor: what is left is the [anvil] table,
+        # which holds an anvil task.toml's keys one table down.
+        invalid = []
+        for error in exc.errors():
+            loc = (_harbor.ANVIL_TABLE, *error["loc"])
+            message = f"{_harbor.ANVIL_TABLE}.{_describe(error, tuple(error['loc']))}"
+            invalid.append(TaskProblem(path, message, _line_of(loc, lines)))
+        problems += sorted(invalid, key=lambda p: p.line or 0)
+        return None
+
+
 def _safe_id(name: str) -> str:
     cleaned = "".join(c if c.isalnum() or c in "_.-" else "-" for c in name).strip("-.")
     return cleaned or "task"
@@ -229,10 +296,17 @@ def _safe_id(name: str) -> str:
 # --- task.toml ---------------------------------------------------------------------------
 
 
-def _parse_toml(path: Path, problems: list[TaskProblem]) -> TaskConfig | None:
+def _peek_toml(path: Path) -> dict[str, Any] | None:
+    """The content of a task.toml, or None when it does not parse (said later, with its line)."""
+    loaded = _read_toml(path, [])
+    return loaded[1] if loaded is not None else None
+
+
+def _read_toml(path: Path, problems: list[TaskProblem]) -> tuple[str, dict[str, Any]] | None:
+    """A TOML file's text and content; None (and the problem said) when it does not parse."""
     try:
         text = path.read_text(encoding="utf-8")
-        data = tomllib.loads(text)
+        return text, tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         # Python < 3.14 has no .lineno: the position is only in the message.
         found = re.search(r"\(at line (\d+), column \d+\)$", str(exc))
@@ -243,6 +317,13 @@ def _parse_toml(path: Path, problems: list[TaskProblem]) -> TaskConfig | None:
     except (OSError, UnicodeDecodeError) as exc:
         problems.append(TaskProblem(path, f"cannot read: {exc}"))
         return None
+
+
+def _parse_toml(path: Path, problems: list[TaskProblem]) -> TaskConfig | None:
+    loaded = _read_toml(path, problems)
+    if loaded is None:
+        return None
+    text, data = loaded
     try:
         return TaskConfig.model_validate(data)
     except ValidationError as exc:
@@ -440,7 +521,8 @@ def _check_oracle_files(oracle_dir: Path) -> list[TaskProblem]:
 
 
 def discover_tasks(root: Path | str) -> list[Path]:
-    """Task folders directly below ``root`` (those with a task.toml or a tests/ folder)."""
+    """Task folders directly below ``root`` (those with a task.toml or a tests/ folder:
+    anvil's, Harbor's and BackendForge's)."""
     base = Path(root)
     if not base.is_dir():
         return []

@@ -78,8 +78,8 @@ def _static_checks(found: TaskInspection) -> list[Check]:
     else:
         checks += _lines("task.toml", found.problems_in(root / "task.toml"),
                          f"id {found.config.id}" if found.config else "")
-    spec = found.problems_in(root / "spec.md")
-    checks += _lines("spec.md", spec, "not empty")
+    spec = "instruction.md" if found.layout == "harbor" else "spec.md"
+    checks += _lines(spec, found.problems_in(root / spec), "not empty")
     openapi = root / "openapi.yaml"
     problems = found.problems_in(openapi)
     checks += _lines("openapi.yaml", problems, "" if problems else _openapi_version(openapi))
@@ -102,7 +102,7 @@ def _openapi_version(path: Path) -> str:
 
 
 async def _check_oracle(found: TaskInspection) -> list[Check]:
-    folder = found.root / ("tests" if found.layout == "backendforge" else "oracle")
+    folder = found.root / ("oracle" if found.layout == "anvil" else "tests")
     problems = found.problems_in(folder)
     if problems or found.oracle_dir is None:
         checks = [Check("oracle files", "fail", str(p)) for p in problems]
@@ -476,9 +476,11 @@ def _is_range(expr: ast.expr) -> bool:
 
 
 async def _check_reference(found: TaskInspection, runtime_name: str, home: Path) -> Check:
-    reference = found.root / "reference"
-    if not reference.is_dir():
-        return Check("reference passes", "skip", "skipped (reference/ missing)")
+    name = found.reference_name
+    reference = found.root / name if name else None
+    if reference is None or not reference.is_dir():
+        why = (f"{name}/ missing" if name else "solution/ has no Dockerfile: not a service")
+        return Check("reference passes", "skip", f"skipped ({why})")
     if found.problems:
         return Check("reference passes", "skip", "skipped (the task is not valid: see above)")
     task: Task = found.task()
