@@ -288,8 +288,12 @@ def level_rates(judged: Sequence[EvaluationRecord], items: ItemsByEvaluation) ->
                 passed_total = counts.setdefault(level, [0, 0])
                 passed_total[0] += not _is_failed(i)
                 passed_total[1] += 1
-    ordered = sorted(counts, key=lambda lv: (LEVELS.index(lv) if lv in LEVELS else 3, lv))
-    return {level: Rate(*counts[level]) for level in ordered}
+    return {level: Rate(*counts[level]) for level in sorted(counts, key=level_order)}
+
+
+def level_order(level: str) -> tuple[int, str]:
+    """leaf, mid, root first, then any other level by name."""
+    return (LEVELS.index(level) if level in LEVELS else len(LEVELS), level)
 
 
 def integration_gap(judged: Sequence[EvaluationRecord],

@@ -1,6 +1,7 @@
-"""Charts of a run's metrics (``anvil report --plot DIR``), as SVG and PNG, with matplotlib.
+"""Charts of a run's metrics (``anvil report --plot DIR``, and the run page of ``anvil
+serve``), as SVG and PNG, with matplotlib.
 
-matplotlib is imported inside :func:`write_charts` only: it costs about half a second
+matplotlib is imported inside the drawing functions only: it costs about half a second
 to load, which no other command should pay. Figures are drawn on the Agg canvas without
 pyplot, so nothing global (backends, open figures) is touched, and the SVG carries no
 date and a fixed id salt: the same run gives the same file.
@@ -8,10 +9,12 @@ date and a fixed id salt: the same run gives the same file.
 
 from __future__ import annotations
 
+import io
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 from ._metrics import PHASES, Metrics
 
@@ -44,46 +47,106 @@ def chart_data(m: Metrics) -> dict[str, tuple[list[str], dict[str, list[int]]]]:
     }
 
 
-def write_charts(m: Metrics, folder: Path) -> list[Path]:
-    """Draw the run's charts into ``folder`` (created) as SVG and PNG; return the paths.
+def chart_names(m: Metrics) -> list[str]:
+    """The charts :func:`write_charts` draws for ``m``, in its order (matplotlib not loaded).
 
     * ``phases``: failed evaluations per phase (``error``: anvil's), a stacked bar per
       candidate (task × submission; repeats add up);
     * ``categories``: failed items per category, a stacked bar per candidate;
     * ``tiers``: all-pass success under each cumulative tier, when items carry tiers;
     * ``pass_at_k``: pass@k for k = 1..K, when the run was repeated.
+    """
+    names = ["phases", "categories"]
+    if len(m.tiers) > 1:
+        names.append("tiers")
+    if m.repeats is not None:
+        names.append("pass_at_k")
+    return names
+
+
+def charts_with_data(m: Metrics) -> list[str]:
+    """The charts that show something of ``m``, for the web UI: as :func:`chart_names`,
+    without ``phases`` before an evaluation has finished nor ``categories`` before an item
+    has failed (their bars would all be empty)."""
+    return [name for name in chart_names(m)
+            if (name != "phases" or m.judged + m.errors > 0)
+            and (name != "categories" or m.category_failures)]
+
+
+def _figures(m: Metrics, names: Sequence[str]) -> list[tuple[str, Figure]]:
+    data = chart_data(m)
+    figures: list[tuple[str, Figure]] = []
+    for name in names:
+        if name == "phases":
+            figure = _stacked(*data["phases"], "failed evaluations by phase", "evaluations")
+        elif name == "categories":
+            figure = _stacked(*data["categories"], "failed items by category", "items")
+        elif name == "tiers":
+            figure = _bars([t.label for t in m.tiers], [t.success.value for t in m.tiers],
+                           "all-pass success by cumulative tier", "success")
+        elif name == "pass_at_k" and m.repeats is not None:
+            figure = _bars([f"pass@{p.k}" for p in m.repeats.pass_at_k],
+                           [p.value for p in m.repeats.pass_at_k],
+                           f"pass@k over {m.repeats.repeats} repeats", "pass@k")
+        else:
+            raise ValueError(f"no chart {name!r} for this run")
+        figures.append((name, figure))
+    return figures
+
+
+@contextmanager
+def _drawing() -> Iterator[None]:
+    """rcParams that make the SVG reproducible: no date (see the savefig calls), a fixed
+    id salt, text kept as text."""
+    import matplotlib
+
+    with matplotlib.rc_context({"svg.hashsalt": "anvil", "svg.fonttype": "none"}):
+        yield
+
+
+def _save(figure: Figure, target: Path | BinaryIO, fmt: str) -> None:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(figure)  # attaches itself: Agg, whatever the default backend
+    figure.savefig(target, format=fmt, dpi=120, bbox_inches="tight",
+                   metadata={"Date": None} if fmt == "svg" else None)
+
+
+def write_charts(m: Metrics, folder: Path) -> list[Path]:
+    """Draw the run's charts (:func:`chart_names`) into ``folder`` (created) as SVG and PNG;
+    return the paths.
 
     Raises:
         OSError: ``folder`` or a file in it cannot be written.
     """
-    import matplotlib
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
     folder.mkdir(parents=True, exist_ok=True)
-    data = chart_data(m)
-    figures: list[tuple[str, Figure]] = [
-        ("phases", _stacked(*data["phases"], "failed evaluations by phase", "evaluations")),
-        ("categories", _stacked(*data["categories"], "failed items by category", "items")),
-    ]
-    if len(m.tiers) > 1:
-        figures.append(("tiers", _bars(
-            [t.label for t in m.tiers], [t.success.value for t in m.tiers],
-            "all-pass success by cumulative tier", "success")))
-    if m.repeats is not None:
-        figures.append(("pass_at_k", _bars(
-            [f"pass@{p.k}" for p in m.repeats.pass_at_k],
-            [p.value for p in m.repeats.pass_at_k],
-            f"pass@k over {m.repeats.repeats} repeats", "pass@k")))
     written = []
-    with matplotlib.rc_context({"svg.hashsalt": "anvil", "svg.fonttype": "none"}):
-        for name, figure in figures:
-            FigureCanvasAgg(figure)  # attaches itself: Agg, whatever the default backend
+    with _drawing():
+        for name, figure in _figures(m, chart_names(m)):
             for fmt in FORMATS:
                 path = folder / f"{name}.{fmt}"
-                figure.savefig(path, format=fmt, dpi=120, bbox_inches="tight",
-                               metadata={"Date": None} if fmt == "svg" else None)
+                _save(figure, path, fmt)
                 written.append(path)
     return written
+
+
+def svg_charts(m: Metrics, names: Sequence[str]) -> dict[str, bytes]:
+    """The charts ``names`` (of :func:`chart_names`) as SVG documents, the same bytes
+    :func:`write_charts` writes.
+
+    matplotlib's rcParams are global: callers drawing from several threads hold one lock
+    around this call.
+
+    Raises:
+        ValueError: a name is not one of the run's charts.
+    """
+    drawn = {}
+    with _drawing():
+        for name, figure in _figures(m, names):
+            buffer = io.BytesIO()
+            _save(figure, buffer, "svg")
+            drawn[name] = buffer.getvalue()
+    return drawn
 
 
 def _figure(bars: int) -> tuple[Figure, Axes]:

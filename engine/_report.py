@@ -4,18 +4,22 @@ The scoreboard follows the BackendForge method: a task counts as solved by a
 submission only if every oracle item passes; failures are counted by the
 phase that failed and by item category. The finer metrics (cumulative tiers,
 requirements, levels, failure tables) are :mod:`engine._metrics`'s; two runs are
-compared by :func:`render_comparison`.
+compared by :func:`render_comparison`; several runs, one per candidate set, are ranked
+side by side by :func:`render_leaderboard`.
 """
 
 from __future__ import annotations
 
+import csv
 import io
 import json
+import os
 import socket
 import xml.etree.ElementTree as ET
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -23,7 +27,16 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ._metrics import PHASES, Change, Metrics, Rate, compare, compute
+from ._metrics import (
+    PHASES,
+    Change,
+    Metrics,
+    Rate,
+    compare,
+    compute,
+    level_order,
+    tier_order,
+)
 from ._store import EvaluationRecord, ItemRecord, RunRecord, Store
 
 Format = Literal["table", "json", "ctrf", "junit"]
@@ -430,3 +443,204 @@ def _as_junit(board: Scoreboard) -> str:
         ET.SubElement(suite, "system-err").text = ""
     ET.indent(root)
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+
+
+# -- leaderboard -----------------------------------------------------------------------------
+
+LeaderboardFormat = Literal["md", "csv", "json"]
+LEADERBOARD_FORMATS: tuple[str, ...] = get_args(LeaderboardFormat)
+
+Cell = int | float | Rate | None
+
+
+@dataclass(frozen=True)
+class Column:
+    """One metric column of the leaderboard."""
+
+    key: str  # the CSV header and JSON key
+    header: str  # the Markdown header
+    kind: Literal["count", "rate", "score", "change"]
+    cell: Callable[[Metrics], Cell]
+
+
+@dataclass(frozen=True)
+class Standing:
+    """A candidate set's row: the run that evaluated it, the name it goes by, its metrics."""
+
+    name: str
+    run: str
+    metrics: Metrics
+
+
+def candidate_set_name(run: RunRecord, evaluations: Sequence[EvaluationRecord]) -> str:
+    """The name of the candidate set ``run`` evaluated.
+
+    The name of its submissions folder, which ``anvil run --submissions DIR`` records in the
+    run's options. A run that did not record it (started through the engine's API) is named
+    after the common parent folder of its evaluations' submissions (the links ``--repeat``
+    makes under the run's folder left out), one folder up when that folder is named as the
+    run's only task (``DIR/<task id>/<submission>``); a run without evaluations by its id.
+    """
+    recorded = run.options_dict().get("submissions")
+    if recorded:
+        return Path(recorded).name
+    repeats = os.path.join(os.sep, "runs", run.id, "repeat-")
+    parents = sorted({str(Path(e.submission).parent) for e in evaluations
+                      if repeats not in e.submission})
+    if not parents:
+        return run.id
+    common = Path(os.path.commonpath(parents))
+    if {e.task_id for e in evaluations} == {common.name}:
+        common = common.parent
+    return common.name or run.id
+
+
+def _up_to(tier: str, m: Metrics) -> Rate:
+    """Success with the items of the tiers up to ``tier``: a run without items of ``tier``
+    has the rate of its last tier before it (the same items)."""
+    return [t for t in m.tiers if tier_order(t.tiers[-1]) <= tier_order(tier)][-1].success
+
+
+def _pass_at(k: int, m: Metrics) -> float | None:
+    found = [p for p in m.repeats.pass_at_k if p.k == k] if m.repeats else []
+    return found[0].value if found else None
+
+
+def _failed_at(phase: str, m: Metrics) -> int:
+    return sum(counts[phase] for counts in m.phase_failures.values())
+
+
+def leaderboard_columns(metrics: Sequence[Metrics]) -> list[Column]:
+    """The columns for these candidate sets: the report's metrics, each kind of them shown
+    when at least one set has data for it (the others show ``-``)."""
+    columns = [
+        Column("evaluations", "evaluations", "count", lambda m: m.evaluations),
+        Column("judged", "judged", "count", lambda m: m.judged),
+        Column("errors", "errors", "count", lambda m: m.errors),
+        Column("task_pass_rate", "task pass rate (pass@1)", "rate", lambda m: m.success),
+        Column("item_pass_rate", "item pass rate", "rate", lambda m: m.items),
+    ]
+    if any(m.requirements is not None for m in metrics):
+        columns += [
+            Column("requirement_accuracy", "requirement accuracy", "rate",
+                   lambda m: m.requirements),
+            Column("balanced_score", "balanced score", "score", lambda m: m.balanced),
+        ]
+    levels = sorted({level for m in metrics for level in m.levels}, key=level_order)
+    columns += [Column(f"level_{level}", f"{level} items", "rate",
+                       partial(lambda level, m: m.levels.get(level), level))
+                for level in levels]
+    if any(m.integration_gap is not None for m in metrics):
+        columns.append(Column("integration_gap", "integration gap", "rate",
+                              lambda m: m.integration_gap))
+    tiers = sorted({t.tiers[-1] for m in metrics if len(m.tiers) > 1 for t in m.tiers},
+                   key=tier_order)
+    if tiers:
+        columns += [Column(f"success_up_to_{tier}", f"success up to {tier}", "rate",
+                           partial(_up_to, tier)) for tier in tiers]
+        columns.append(Column("tier_relative_change", "change base to final", "change",
+                              lambda m: m.tier_change))
+    most = max((m.repeats.repeats for m in metrics if m.repeats is not None), default=0)
+    if most:
+        columns += [Column(f"pass_at_{k}", f"pass@{k}", "score", partial(_pass_at, k))
+                    for k in range(1, most + 1)]
+        columns.append(Column("item_flip_rate", "item flip rate", "rate",
+                              lambda m: m.repeats.flips if m.repeats else None))
+    seen = {p for m in metrics for counts in m.phase_failures.values() for p in counts}
+    phases = [*PHASES, *sorted(seen - {*PHASES, "error"})]  # "error" is the errors column
+    columns += [Column(f"failed_{phase}", f"failed at {phase}", "count",
+                       partial(_failed_at, phase)) for phase in phases]
+    return columns
+
+
+def rank(standings: Sequence[Standing]) -> list[Standing]:
+    """Best first: by task pass rate, then item pass rate (a set without one last), then
+    name."""
+    def key(s: Standing) -> tuple[float, float, str]:
+        success, items = s.metrics.success.value, s.metrics.items.value
+        return (-success if success is not None else 1.0,
+                -items if items is not None else 1.0, s.name)
+
+    return sorted(standings, key=key)
+
+
+def standings(store: Store, runs: Sequence[RunRecord],
+              names: Mapping[str, str] | None = None) -> list[Standing]:
+    """A row per run, ranked; ``names`` (run id -> name) overrides
+    :func:`candidate_set_name`. Two rows that would share a name get their run id after it."""
+    rows = []
+    for run in runs:
+        board = scoreboard(store, run)
+        name = (names or {}).get(run.id) or candidate_set_name(run, board.evaluations)
+        rows.append(Standing(name, run.id, board.metrics))
+    taken = Counter(s.name for s in rows)
+    rows = [Standing(f"{s.name} ({s.run})", s.run, s.metrics) if taken[s.name] > 1 else s
+            for s in rows]
+    return rank(rows)
+
+
+def render_leaderboard(store: Store, runs: Sequence[RunRecord], fmt: str,
+                       names: Mapping[str, str] | None = None) -> str:
+    """The leaderboard of ``runs`` (a row per run: its candidate set) as ``md``, ``csv`` or
+    ``json``."""
+    ranked = standings(store, runs, names)
+    columns = leaderboard_columns([s.metrics for s in ranked])
+    if fmt == "md":
+        return _leaderboard_md(ranked, columns)
+    if fmt == "csv":
+        buffer = io.StringIO()
+        out = csv.writer(buffer, lineterminator="\n")
+        out.writerow(["rank", "name", "run", *(c.key for c in columns)])
+        for n, s in enumerate(ranked, 1):
+            out.writerow([n, s.name, s.run, *(_csv_cell(c.cell(s.metrics)) for c in columns)])
+        return buffer.getvalue()
+    if fmt == "json":
+        return json.dumps({
+            "columns": [{"key": c.key, "header": c.header} for c in columns],
+            "rows": [{"rank": n, "name": s.name, "run": s.run,
+                      **{c.key: _json_cell(c.cell(s.metrics)) for c in columns}}
+                     for n, s in enumerate(ranked, 1)],
+        }, indent=2) + "\n"
+    raise ValueError(fmt)
+
+
+def _csv_cell(cell: Cell) -> str | int:
+    if isinstance(cell, Rate):
+        cell = cell.value
+    if cell is None:
+        return ""
+    return cell if isinstance(cell, int) else f"{round(cell, 4)}"
+
+
+def _json_cell(cell: Cell) -> Any:
+    if isinstance(cell, Rate):
+        return cell.to_json()
+    return round(cell, 4) if isinstance(cell, float) else cell
+
+
+def _md_cell(cell: Cell, kind: str) -> str:
+    value = cell.value if isinstance(cell, Rate) else cell
+    if value is None:
+        return "-"
+    if kind == "count":
+        return str(value)
+    if kind == "change":
+        return f"{100 * value:+.1f}%"
+    shown = f"{100 * value:.1f}%"
+    return f"{shown} ({cell.passed}/{cell.total})" if isinstance(cell, Rate) else shown
+
+
+def _md_text(text: str) -> str:
+    """A table cell's text: a ``|`` would end the cell, a newline the row."""
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+def _leaderboard_md(ranked: Sequence[Standing], columns: Sequence[Column]) -> str:
+    headers = ["rank", "candidate set", "run", *(c.header for c in columns)]
+    lines = ["| " + " | ".join(headers) + " |",
+             "| " + " | ".join(["---:", "---", "---", *("---:" for _ in columns)]) + " |"]
+    for n, s in enumerate(ranked, 1):
+        cells = [str(n), _md_text(s.name), _md_text(s.run),
+                 *(_md_cell(c.cell(s.metrics), c.kind) for c in columns)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"

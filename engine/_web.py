@@ -8,6 +8,10 @@ few lines of JavaScript: nothing is fetched from the network. Each page has a JS
 under ``/api`` that carries the same data; while a run is still running, its pages (and
 the runs page) poll their twin every two seconds and reload when it changed.
 
+The run page shows the charts of ``anvil report --plot`` that the run has data for, as
+SVG images (``/runs/<id>/charts/<name>.svg``) drawn by :mod:`engine._plots`; each run's
+are drawn once and kept while its evaluations stay as they were.
+
 The item page shows the service log's lines of the item's time window: the runtimes
 write the log with a times sidecar (``service.log.times``, see :mod:`engine._logs`)
 that says when each chunk of it arrived. A log without one (written by an older anvil)
@@ -16,8 +20,11 @@ shows its last lines instead.
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import json
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -34,6 +41,8 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Route
 
 from ._logs import lines_between
+from ._metrics import compute
+from ._plots import charts_with_data, svg_charts
 from ._store import EvaluationRecord, ItemRecord, RunRecord, Store
 from ._traces import Node, Trace, call_label, find_item, load_trace
 
@@ -49,6 +58,10 @@ RUNS_SHOWN = 200
 REQUEST_EVENT, RESPONSE_EVENT = "http.request", "http.response"
 VIOLATION_EVENT = "contract.violation"
 _FAILED = ("failed", "error")
+CHART_RUNS_KEPT = 16  # runs whose drawn charts stay in memory (an SVG is tens of kB)
+CHART_TITLES = {"phases": "failed evaluations by phase",
+                "categories": "failed items by category",
+                "tiers": "all-pass success by cumulative tier", "pass_at_k": "pass@k"}
 
 
 # -- what each page shows, as plain data (the JSON endpoints return it as it is) ------------
@@ -92,6 +105,46 @@ def run_data(store: Store, run_id: str) -> dict[str, Any]:
         "runtime": run.runtime,
         "evaluations": [_evaluation_summary(e) for e in store.evaluations(run.id)],
     }
+
+
+class Charts:
+    """The SVG charts of runs (:func:`engine._plots.charts_with_data`), drawn once per run.
+
+    A run's charts are drawn again only when one of its evaluations changed (a running or
+    resumed run); the last :data:`CHART_RUNS_KEPT` runs' are kept. One lock around the
+    drawing: matplotlib's settings are global, and the page and its images ask at once.
+    """
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._lock = threading.Lock()
+        self._drawn: OrderedDict[str, tuple[str, dict[str, bytes]]] = OrderedDict()
+
+    def of(self, run_id: str) -> dict[str, bytes]:
+        """Chart name -> SVG document, for each chart run ``run_id`` has data for."""
+        run = self._store.run(run_id)
+        if run is None:
+            raise HTTPException(404, f"no run {run_id!r}")
+        evaluations = self._store.evaluations(run.id)
+        stamp = hashlib.sha256(json.dumps(
+            [run.status, [[e.id, e.status, e.verdict, e.phase, e.attempt, e.items_passed,
+                           e.items_failed, e.items_skipped] for e in evaluations]]
+        ).encode()).hexdigest()
+        with self._lock:
+            cached = self._drawn.get(run.id)
+            if cached is not None and cached[0] == stamp:
+                self._drawn.move_to_end(run.id)
+                return cached[1]
+            items: dict[str, list[ItemRecord]] = {}
+            for item in self._store.items([e.id for e in evaluations]):
+                items.setdefault(item.evaluation_id, []).append(item)
+            metrics = compute(evaluations, items)
+            drawn = svg_charts(metrics, charts_with_data(metrics))
+            self._drawn[run.id] = (stamp, drawn)
+            self._drawn.move_to_end(run.id)
+            while len(self._drawn) > CHART_RUNS_KEPT:
+                self._drawn.popitem(last=False)
+            return drawn
 
 
 def evaluation_data(store: Store, home: Path, evaluation_id: str) -> dict[str, Any]:
@@ -324,6 +377,9 @@ pre.log{max-height:48em}.wf tr.sel{background:#dde8fb}
 .bar.err{background:#d9534f}.bar.item{background:#9aa5b8}
 .detail h3{margin:.8em 0 .2em}.muted{color:#6b7385}.violation{color:#c0262d}
 .at{color:#6b7385}
+.charts{display:flex;flex-wrap:wrap;gap:1em;margin:.5em 0 1em}
+.charts figure{margin:0;background:#fff;border:1px solid #e3e6eb;padding:.4em}
+.charts img{display:block;max-width:100%;height:auto}
 """
 
 _JS = """
@@ -384,6 +440,9 @@ _TEMPLATES = {
 {% block main %}<h2>Run {{ run.id }}</h2>
 <p class="muted">created {{ run.created }} · {{ run.runtime }} · {{ run.status }}
 {% if run.wall_s is not none %} · {{ run.wall_s }} s{% endif %}</p>
+{% if charts %}<div class="charts">{% for name in charts %}<figure><img class="chart"
+ src="/runs/{{ run.id | urlencode }}/charts/{{ name }}.svg" alt="{{ titles[name] }}">
+</figure>{% endfor %}</div>{% endif %}
 <table><tr><th>evaluation</th><th>task</th><th>submission</th><th>verdict</th><th>phase</th>
 <th>duration</th><th>items (pass/fail/skip)</th><th>reason</th></tr>
 {% for e in run.evaluations %}<tr>
@@ -486,6 +545,7 @@ def create_app(store: Store, home: Path) -> Starlette:
     Endpoints are synchronous: Starlette runs them in worker threads, so a slow
     database read never blocks the server's event loop.
     """
+    charts = Charts(store)
 
     def runs_page(request: Request) -> Response:
         runs = runs_data(store)
@@ -498,7 +558,24 @@ def create_app(store: Store, home: Path) -> Starlette:
     def run_page(request: Request) -> Response:
         run = run_data(store, request.path_params["run_id"])
         url = f"/api/runs/{quote(run['id'], safe='')}"
-        return _page("run.html", run=run, poll=(url, run) if is_live(run["status"]) else None)
+        # Drawn now, so the page's images come from the cache.
+        names = list(charts.of(run["id"]))
+        return _page("run.html", run=run, charts=names, titles=CHART_TITLES,
+                     poll=(url, run) if is_live(run["status"]) else None)
+
+    def chart_svg(request: Request) -> Response:
+        name = request.path_params["name"]
+        svg = charts.of(request.path_params["run_id"]).get(name)
+        if svg is None:
+            raise HTTPException(404, f"no chart {name!r} for this run")
+        # Revalidated on each view (a running run's charts change), answered 304 while
+        # unchanged. The CSP keeps an SVG opened on its own from running anything.
+        headers = {"ETag": f'"{hashlib.sha256(svg).hexdigest()[:32]}"',
+                   "Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff",
+                   "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'"}
+        if request.headers.get("if-none-match") == headers["ETag"]:
+            return Response(status_code=304, headers=headers)
+        return Response(svg, media_type="image/svg+xml", headers=headers)
 
     def run_json(request: Request) -> Response:
         return JSONResponse(run_data(store, request.path_params["run_id"]))
@@ -542,6 +619,7 @@ def create_app(store: Store, home: Path) -> Starlette:
         Route("/api/runs", runs_json),
         Route("/runs/{run_id}", run_page),
         Route("/api/runs/{run_id}", run_json),
+        Route("/runs/{run_id}/charts/{name}.svg", chart_svg),
         Route("/evaluations/{evaluation_id}", evaluation_page),
         Route("/api/evaluations/{evaluation_id}", evaluation_json),
         Route("/evaluations/{evaluation_id}/item", item_page),

@@ -13,7 +13,14 @@ from rich.console import Console
 from rich.markup import escape
 
 from .._errors import AnvilError
-from .._report import Format, render_comparison, render_report, scoreboard
+from .._report import (
+    Format,
+    LeaderboardFormat,
+    render_comparison,
+    render_leaderboard,
+    render_report,
+    scoreboard,
+)
 from .._store import EvaluationRecord, RunRecord, Store
 from .._traces import export_otlp_json, item_ids, load_trace, resolve, select, waterfall
 from ._app import (
@@ -65,7 +72,8 @@ def report(
     - quarantine: items the reference (folder `reference`) fails or that flip; scores without them
 
     The table is as wide as the terminal (reasons wrap inside their cell); sent
-    to a file or a pipe, each row stays on one line.
+    to a file or a pipe, each row stays on one line. Several runs side by side, a row
+    per candidate set: `anvil leaderboard RUN...`.
     """
     try:
         store = open_store(home, db)
@@ -117,6 +125,79 @@ def _plot(store: Store, record: RunRecord, folder: Path) -> None:
         raise fail(f"{folder}: cannot write the charts{where}") from None
     for path in written:
         err.print(f"wrote {escape(str(path))}")
+
+
+@app.command()
+def leaderboard(
+    runs: Annotated[list[str], typer.Argument(
+        metavar="RUN", show_default=False,
+        help="Run ids (or 'latest'), each the run of one candidate set.")],
+    format: Annotated[LeaderboardFormat, typer.Option(
+        "--format", "-f", help="md (a Markdown table), csv or json.")] = "md",
+    name: Annotated[list[str] | None, typer.Option(
+        "--name", metavar="RUN=NAME", show_default=False,
+        help="Name RUN's row NAME (repeatable). A row is named after its run's "
+             "submissions folder otherwise.")] = None,
+    output: Annotated[Path | None, typer.Option(
+        "--output", "-o", metavar="FILE",
+        help="Write to FILE (its folder is created) instead of stdout.")] = None,
+    home: HomeOpt = Path(".anvil"),
+    db: DbOpt = None,
+) -> None:
+    """Several candidate sets in one table, best first (by task pass rate, then item pass
+    rate), with the metrics of `anvil report` as columns.
+
+    A candidate set is what one run evaluated: for a folder per model, run
+    `anvil run TASK... --submissions models/<model>/` once per model, then
+    `anvil leaderboard RUN_A RUN_B ...`. Columns (a kind only when some run has data for
+    it; `-` where a run has none):
+
+    \b
+    - evaluations, judged (pass or fail), errors (anvil's, left out of every rate)
+    - task pass rate (pass@1) and item pass rate
+    - requirement accuracy and balanced score (with `requirement` markers)
+    - item pass rate per level and the integration gap (with `level` markers)
+    - success up to each cumulative tier, and its change base to final (with tiers)
+    - pass@1..pass@K and the item flip rate (runs made with --repeat K)
+    - failed evaluations per phase (build, startup, health, wiring, oracle)
+
+    In csv, rates are fractions (empty: no data); in json, each rate carries its counts.
+    """
+    try:
+        store = open_store(home, db)
+    except AnvilError as exc:
+        raise fail(str(exc), code_of(exc)) from None
+    try:
+        records: list[RunRecord] = []
+        for run_id in runs:
+            record = store.run(run_id)
+            if record is None:
+                raise fail(f"no run {run_id!r} in {store.url}")
+            if record.id in (r.id for r in records):
+                raise fail(f"run {record.id} is given twice")
+            records.append(record)
+        names: dict[str, str] = {}
+        for given in name or []:
+            run_id, sep, shown = given.partition("=")
+            record = store.run(run_id) if sep and shown.strip() else None
+            if not sep or not shown.strip():
+                raise fail(f"--name {given}: expected RUN=NAME")
+            if record is None or record.id not in (r.id for r in records):
+                raise fail(f"--name {given}: {run_id!r} is not one of the runs given")
+            names[record.id] = shown.strip()
+        text = render_leaderboard(store, records, format, names)
+    finally:
+        store.close()
+    if output is None:
+        sys.stdout.write(text)
+        return
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        where = f" ({exc.filename}: {exc.strerror})" if exc.filename else f" ({exc})"
+        raise fail(f"{output}: cannot write the leaderboard{where}") from None
+    err.print(f"wrote {escape(str(output))}")
 
 
 EXPORT_FORMATS = ("otlp-json",)

@@ -17,6 +17,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,7 @@ from tests.conftest import FIXTURES, ROOT, run_engine
 
 FAILING = "test_tiny.py::test_put_then_get"
 CHROMIUM = "/usr/bin/chromium"
+SVG = "{http://www.w3.org/2000/svg}"
 CHROMIUM_ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--no-first-run"]
 
@@ -193,6 +195,41 @@ def test_a_log_without_times_shows_its_tail_as_before(recorded: Recorded,
     assert "<script>alert" not in page
 
 
+def test_the_run_page_shows_the_charts_the_run_has_data_for(client: TestClient,
+                                                           recorded: Recorded) -> None:
+    """One evaluation failed one `state` item in the oracle: the phases and categories
+    charts, no tiers (no tier markers) nor pass@k (not repeated)."""
+    html = client.get(f"/runs/{recorded.run_id}").text
+    charts = re.findall(r'<img class="chart"\s+src="([^"]+)"', html)
+    assert charts == [f"/runs/{recorded.run_id}/charts/{name}.svg"
+                      for name in ("phases", "categories")]
+    texts = {}
+    for url in charts:
+        answer = client.get(url)
+        assert answer.status_code == 200, url
+        assert answer.headers["content-type"] == "image/svg+xml"
+        root = ET.fromstring(answer.content)
+        assert root.tag == f"{SVG}svg"
+        texts[url.rsplit("/", 1)[1]] = {"".join(t.itertext()).strip()
+                                        for t in root.iter(f"{SVG}text")}
+        # Unchanged since: 304, from the run's drawn charts.
+        again = client.get(url, headers={"If-None-Match": answer.headers["etag"]})
+        assert again.status_code == 304 and again.content == b""
+    assert {"failed evaluations by phase", "oracle", "fail-item"} <= texts["phases.svg"]
+    assert {"failed items by category", "state"} <= texts["categories.svg"]
+    for missing in ("tiers", "pass_at_k", "nope"):
+        assert client.get(f"/runs/{recorded.run_id}/charts/{missing}.svg").status_code == 404
+    assert client.get("/runs/nope/charts/phases.svg").status_code == 404
+
+
+def test_a_run_with_nothing_finished_has_no_charts(tmp_path: Path) -> None:
+    store, run_id, _ = _live_store(tmp_path)
+    with TestClient(create_app(store, tmp_path)) as live:
+        assert 'class="chart"' not in live.get(f"/runs/{run_id}").text
+        assert live.get(f"/runs/{run_id}/charts/phases.svg").status_code == 404
+    store.close()
+
+
 def _live_store(home: Path) -> tuple[Store, str, str]:
     """A store holding a run that is still running, as the runner leaves it midway."""
     home.mkdir(parents=True, exist_ok=True)
@@ -308,6 +345,12 @@ def test_in_chromium_a_failed_item_opens_to_its_request_and_response(
             page.on("request", lambda r: None if r.url.startswith(served)
                     else outside.append(r.url))
             page.goto(f"{served}/runs/{recorded.run_id}")
+            charts = page.locator("img.chart")
+            expect(charts).to_have_count(2)
+            # Each SVG loaded and decoded: it has a size (a broken image has none).
+            page.wait_for_function("() => [...document.querySelectorAll('img.chart')]"
+                                   ".every(i => i.complete && i.naturalWidth > 100)",
+                                   timeout=10_000)
             page.get_by_role("link", name=recorded.evaluation_id).click()
             expect(page.locator("h2")).to_contain_text("FAIL", ignore_case=True)
             page.locator("table.items a").first.click()  # failed first
