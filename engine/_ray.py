@@ -20,19 +20,26 @@ refs is broken on Python 3.11) and republishes each event on the run's bus, so t
 store records the verdict the moment it arrives, and the progress display, ``--json``
 and the event log behave as with the local executor.
 
-Assumptions and limits of this first slice:
+Assumptions and limits:
 
 - The filesystem is shared: the task, the submission and the run's folder are at the
   same paths on every node (on one machine they are); each node writes an evaluation's
   logs in its folder under the driver's ``--home``.
-- Traces are not recorded: the trace and recording proxy attachments
-  (:func:`engine._tracing.default_attachments`) need the driver's store; under Ray an
-  evaluation has its verdict, items and logs, but no spans.
+- Traces: where the driver traces its evaluations into its store (a
+  :class:`~engine._tracing.TraceRecorder` among the run's attachments), each node traces
+  the evaluations it runs into the same store, opened there from the driver's URL (a
+  sqlite file on a shared filesystem, or PostgreSQL across machines). A node that cannot
+  open it, or does not find the run in it, says so in one line (once per machine) and
+  runs its evaluations without spans.
+- Soft affinity: an evaluation whose submission (its real path: ``--repeat`` links are
+  followed) already went to a node in this run prefers that node, which has its image or
+  venv (``NodeAffinitySchedulingStrategy(soft=True)``), and goes elsewhere when that node
+  is busy or gone. Evaluations of a submission dispatched while its first one waits for
+  a node wait for it too: a few milliseconds, and they follow it.
 - Ray does not retry a task (``max_retries=0``): a worker or node that dies
   mid-evaluation is an ``error`` attempt (the harness's fault), and the run's own retry
-  loop dispatches another attempt, which Ray may place on another node. Tasks are
-  spread over the nodes (``SPREAD``); preferring a node that has the submission's image
-  is for later.
+  loop dispatches another attempt, which goes to another node (placements on the dead
+  node are forgotten).
 - An interrupted run cancels its tasks (``ray.cancel``): each node cancels its lifecycle
   and tears down, but Ray streams nothing more from a cancelled task, so the driver ends
   the open phase itself and the teardown's events stay on the node. The driver does not
@@ -56,7 +63,7 @@ import queue
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -68,6 +75,10 @@ import ray.exceptions
 from anyio.abc import TaskStatus
 from anyio.from_thread import BlockingPortal
 from anyio.streams.memory import MemoryObjectReceiveStream
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+from sqlalchemy.engine import make_url
+
+from telemetry import Capture
 
 from ._errors import HarnessError
 from ._events import (
@@ -75,15 +86,18 @@ from ._events import (
     Event,
     EventBus,
     ItemFinished,
+    Notice,
     PhaseFinished,
     PhaseStarted,
 )
 from ._executors import Attempt
-from ._lifecycle import Evaluation, Lifecycle, Limits
+from ._lifecycle import AttachmentFactory, Evaluation, Lifecycle, Limits
 from ._mocks import MockFabric
 from ._oracle import ItemResult
 from ._oracle_worker import OracleWorker, oracle_worker
 from ._reaper import owner_env
+from ._store import Store
+from ._tracing import TraceRecorder
 from .runtimes import make_runtime
 from .types import Phase, Runtime, Verdict
 
@@ -92,6 +106,26 @@ log = logging.getLogger("anvil.engine")
 SLOT = "anvil_slot"
 NO_SLOTS = (f"no Ray node offers an {SLOT} (start each worker with "
             f"`ray start --address ADDR --resources '{{\"{SLOT}\": N}}'`)")
+
+
+@dataclass(frozen=True)
+class NodeTracing:
+    """Where and how a node traces its evaluations: the driver's store and capture."""
+
+    store_url: str = field(repr=False)  # with its password, if any: nodes must log in
+    capture: Capture = Capture()
+    check_requests: bool = False
+
+    @classmethod
+    def of_run(cls, attachments: Sequence[AttachmentFactory]) -> NodeTracing | None:
+        """What the driver's own trace attachment does, for the nodes to do the same; None
+        when the run records no traces."""
+        for factory in attachments:
+            recorder = getattr(factory, "__self__", None)
+            if isinstance(recorder, TraceRecorder):
+                url = recorder.store.engine.url.render_as_string(hide_password=False)
+                return cls(url, recorder.capture, recorder.check_requests)
+        return None
 
 
 @dataclass(frozen=True)
@@ -104,6 +138,23 @@ class NodeJob:
     runtime: str  # the run's --runtime; ``auto`` is resolved on the node
     home: Path  # the node's runtime cache is <home>/cache unless it sets ANVIL_CACHE
     log_cap: int
+    tracing: NodeTracing | None = None
+
+
+@dataclass(frozen=True)
+class _Taken:
+    """The task's first item: which node took it, and when (its clock)."""
+
+    node_id: str
+    label: str
+    at: float  # time.time() on the node
+
+
+@dataclass(frozen=True)
+class _Answered:
+    """Sent right before the verdict: when the node sent it (its clock)."""
+
+    at: float
 
 
 def node_label() -> str:
@@ -117,8 +168,9 @@ def node_label() -> str:
 
 @ray.remote(num_returns="streaming", num_cpus=0, resources={SLOT: 1}, max_retries=0,
             scheduling_strategy="SPREAD")
-def _evaluate_on_node(job: NodeJob) -> Iterator[Event]:
-    """Run ``job`` here and yield its events as they happen, the verdict last.
+def _evaluate_on_node(job: NodeJob) -> Iterator[Event | _Taken | _Answered]:
+    """Run ``job`` here and yield its events as they happen, the verdict last (a
+    :class:`_Taken` comes first, an :class:`_Answered` right before the verdict).
 
     The lifecycle runs in this process's :class:`_NodeHost` event loop; this thread relays
     its bus. When the task is cancelled (the driver was interrupted) or dropped, the
@@ -126,12 +178,14 @@ def _evaluate_on_node(job: NodeJob) -> Iterator[Event]:
     deadline) before the task ends.
     """
     label = node_label()
-    key = (job.runtime, job.home)
+    yield _Taken(ray.get_runtime_context().get_node_id(), label, time.time())
+    key = (job.runtime, job.home, job.tracing)
     host = _NodeHost.hosts.get(key)
     if host is None:
         try:
-            host = _NodeHost.hosts[key] = _NodeHost(job.runtime, job.home)
+            host = _NodeHost.hosts[key] = _NodeHost(job.runtime, job.home, job.tracing)
         except Exception as exc:  # noqa: BLE001 - no runtime here: the attempt's `error`
+            yield _Answered(time.time())
             yield _error(job.evaluation, job.attempt, job.final, f"node {label}: {exc}",
                          transient=True, node=label)  # retried: another node may have one
             return
@@ -142,6 +196,7 @@ def _evaluate_on_node(job: NodeJob) -> Iterator[Event]:
         while (event := _next(portal, stream)) is not None:
             if isinstance(event, EvaluationFinished):
                 event = dataclasses.replace(event, node=label)
+                yield _Answered(time.time())
             yield event
     except BaseException:  # ray.cancel (a KeyboardInterrupt), dropped, or failing
         # Ray relays nothing after a cancel: the teardown runs here all the same, and
@@ -182,26 +237,31 @@ async def _drain(stream: MemoryObjectReceiveStream[Event], grace: float) -> None
 
 class _NodeHost:
     """A Ray worker process's event loop (a daemon thread) and what its evaluations share:
-    the node's runtime, a mock fabric and a warm oracle worker.
+    the node's runtime, a mock fabric, a warm oracle worker and, when the run is traced,
+    a trace recorder writing to the driver's store.
 
     The first task a worker process runs makes it; the next ones reuse it. A Ray worker
     runs one task at a time and lives as long as the driver's job, so each slot of a node
     keeps one runtime and one warm oracle worker for the run. Nothing is closed when Ray
-    ends the process: each evaluation's teardown stopped what it started, and the oracle
-    worker ends when the pipe from its parent closes.
+    ends the process: each evaluation's teardown stopped what it started, the recorder
+    flushed its spans at the end of each evaluation, and the oracle worker ends when the
+    pipe from its parent closes.
     """
 
-    hosts: ClassVar[dict[tuple[str, Path], _NodeHost]] = {}
+    hosts: ClassVar[dict[tuple[str, Path, NodeTracing | None], _NodeHost]] = {}
 
-    def __init__(self, runtime: str, home: Path) -> None:
+    def __init__(self, runtime: str, home: Path, tracing: NodeTracing | None) -> None:
         """Raises: whatever keeps the runtime from running here (RuntimeUnavailable)."""
         made: queue.Queue[BlockingPortal] = queue.Queue()
         threading.Thread(target=anyio.run, args=(self._loop, made), daemon=True,
                          name="anvil-node").start()
         self.portal = made.get()
+        self.recorder: TraceRecorder | None = None
+        self.trace_problem: str | None = None  # why this node records no spans
+        self._untraced: dict[str, str | None] = {}  # run id -> why it has no spans here
         try:
             _, (self.runtime, self.fabric, self.worker) = self.portal.start_task(
-                self._hold, runtime, home)
+                self._hold, runtime, home, tracing)
         except BaseException:
             self.portal.call(self.portal.stop, True)
             raise
@@ -212,24 +272,78 @@ class _NodeHost:
             made.put(portal)
             await portal.sleep_until_stopped()
 
-    @staticmethod
-    async def _hold(runtime_name: str, home: Path, *,
+    async def _hold(self, runtime_name: str, home: Path, tracing: NodeTracing | None, *,
                     task_status: TaskStatus[tuple[Runtime, MockFabric, OracleWorker | None]]
                     ) -> None:
         runtime, _ = await make_runtime(runtime_name, home)
-        async with runtime, MockFabric() as fabric, oracle_worker() as worker:
+        async with contextlib.AsyncExitStack() as stack:
+            await stack.enter_async_context(runtime)
+            fabric = await stack.enter_async_context(MockFabric())
+            worker = await stack.enter_async_context(oracle_worker())
+            if tracing is not None:
+                try:
+                    store = await anyio.to_thread.run_sync(_open_store, tracing.store_url)
+                except HarnessError as exc:
+                    self.trace_problem = str(exc)
+                else:
+                    stack.callback(store.close)
+                    self.recorder = await stack.enter_async_context(TraceRecorder(
+                        store, tracing.capture, check_requests=tracing.check_requests))
+                    fabric.observer = self.recorder.observer  # mock calls become spans
             task_status.started((runtime, fabric, worker))
             await anyio.sleep_forever()
+
+    async def _traced(self, run_id: str) -> str | None:
+        """Why evaluations of ``run_id`` get no spans here (None: they do). The store must
+        hold the run: a store at the same URL that is not the driver's (a sqlite path
+        with no shared filesystem behind it) would keep spans nobody reads."""
+        if run_id not in self._untraced:
+            problem = self.trace_problem
+            if problem is None and self.recorder is not None:
+                store = self.recorder.store
+                try:
+                    found = await anyio.to_thread.run_sync(store.run, run_id)
+                except Exception as exc:  # noqa: BLE001 - any failure: no spans, scoring goes on
+                    found, problem = None, f"{store.url}: {_first_line(exc)}"
+                if found is None and problem is None:
+                    problem = f"{store.url} does not hold run {run_id} (not the driver's store)"
+            self._untraced[run_id] = problem
+        return self._untraced[run_id]
 
     async def evaluate(self, job: NodeJob, bus: EventBus) -> None:
         evaluation = dataclasses.replace(job.evaluation,
                                          owner_env=owner_env(job.evaluation.run_id))
         try:
+            attachments: list[AttachmentFactory] = [self.fabric.attach]
+            if job.tracing is not None:
+                fresh = evaluation.run_id not in self._untraced
+                problem = await self._traced(evaluation.run_id)
+                if problem is None and self.recorder is not None:
+                    attachments.append(self.recorder.attach)  # last: the proxy wires last
+                elif fresh:  # once per worker; the driver shows it once per machine
+                    message = (f"traces: node {socket.gethostname()} cannot record spans "
+                               f"({problem}); its evaluations run without them")
+                    log.warning("%s", message)
+                    await bus.publish(Notice(message=message, level="warning"))
             lifecycle = Lifecycle(evaluation, self.runtime, bus, Limits.for_concurrency(1),
-                                  job.log_cap, [self.fabric.attach], oracle_worker=self.worker)
+                                  job.log_cap, attachments, oracle_worker=self.worker)
             await lifecycle.run(job.attempt, final=job.final)
         finally:
             bus.close()
+
+
+def _open_store(url: str) -> Store:
+    """The driver's store, from a node.
+
+    Raises:
+        HarnessError: it cannot be opened here, or it is a sqlite file that does not
+            exist here (opening it would make a new, empty one: no shared filesystem).
+    """
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite" and parsed.database and not Path(
+            parsed.database).is_file():
+        raise HarnessError(f"no file {parsed.database} here (no shared filesystem?)")
+    return Store(url)
 
 
 # -- on the driver ------------------------------------------------------------------------
@@ -252,6 +366,11 @@ class _Seen:
 
     started: float = field(default_factory=time.monotonic)
     started_on_node: bool = False  # a first event came: a node took the task
+    node_id: str | None = None  # the node that took it
+    submitted_at: float = field(default_factory=time.time)  # the driver's clock
+    taken_at: float = 0.0  # the node's clock
+    answered_at: float = 0.0  # the node's clock
+    leading: anyio.Event | None = None  # set once a node took it: the next ones follow
     phase: Phase | None = None  # the phase open on the node
     phase_started: float = 0.0
     items: list[ItemResult] = field(default_factory=list)
@@ -268,6 +387,32 @@ class _Seen:
             self.finished = event
 
 
+@dataclass(frozen=True)
+class Dispatch:
+    """Ray's part in one attempt: the way to the node and the verdict's way back.
+
+    Times are ``time.time()`` of the driver (``submitted``, ``received``) and of the node
+    (``taken``, ``answered``): the two legs are exact on one machine; across machines
+    they are off by the clocks' skew, in opposite directions (their sum is not).
+    """
+
+    evaluation_id: str
+    node: str
+    submitted: float  # the driver submitted the task
+    taken: float  # the task began on its node
+    answered: float  # the node sent the verdict
+    received: float  # the verdict reached the driver
+
+    @property
+    def overhead_s(self) -> float:
+        """Seconds of the attempt that were Ray's (includes any wait for a free slot)."""
+        return (self.taken - self.submitted) + (self.received - self.answered)
+
+    @property
+    def wall_s(self) -> float:
+        return self.received - self.submitted
+
+
 class RayExecutor:
     """Runs each evaluation attempt as one Ray task on a worker node (module docstring).
 
@@ -279,18 +424,30 @@ class RayExecutor:
             unless they set ``ANVIL_CACHE``.
         slot_check: seconds an attempt waits for a node before anvil checks that the
             cluster still has an ``anvil_slot`` at all.
+        queued: attempts submitted beyond the cluster's slots, waiting in Ray's queue to
+            take the next free slot at once (default: ``build_slots``, else 2; 0 submits
+            an attempt only when a slot is free, as a measurement of dispatch wants).
     """
 
     name = "ray"
     in_process = False
 
     def __init__(self, address: str | None = None, runtime: str = "auto",
-                 home: Path = Path(".anvil"), slot_check: float = 10.0) -> None:
+                 home: Path = Path(".anvil"), slot_check: float = 10.0,
+                 queued: int | None = None) -> None:
         self.address = address or os.environ.get("RAY_ADDRESS") or "auto"
         self.runtime = runtime
         self.home = home.resolve()
         self.slot_check = slot_check
+        self.queued = queued
         self.slots = 0  # the cluster's anvil_slot total when the run started
+        #: Ray's part in each attempt that got a verdict from its node, in arrival order.
+        self.dispatches: list[Dispatch] = []
+        # Soft affinity: submission (real path) -> the node that took its first evaluation
+        # in this run; _placing: the submissions whose first evaluation waits for a node.
+        self._placed: dict[str, str] = {}
+        self._placing: dict[str, anyio.Event] = {}
+        self._notices: set[str] = set()  # the nodes' notices, each shown once
 
     @contextlib.asynccontextmanager
     async def session(self) -> AsyncIterator[None]:
@@ -314,6 +471,7 @@ class RayExecutor:
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 raise HarnessError(f"Ray: cannot connect to a cluster at {self.address}: "
                                    f"{exc}") from None
+        self.dispatches, self._placed, self._placing, self._notices = [], {}, {}, set()
         try:
             self.slots = await _cluster_slots()
             yield
@@ -326,7 +484,10 @@ class RayExecutor:
         is each node's ``anvil_slot`` count); ``build_slots`` more (default 2) wait in
         Ray's queue to take the next free slot at once."""
         slots = max(1, self.slots)
-        return Limits.for_concurrency(slots, build_slots or 2)
+        queued = self.queued if self.queued is not None else build_slots or 2
+        limits = Limits.for_concurrency(slots, max(1, queued))
+        limits.admitted.total_tokens = slots + queued  # builds happen on the nodes
+        return limits
 
     async def run(self, attempt: Attempt) -> EvaluationFinished:
         ev = attempt.evaluation
@@ -335,11 +496,13 @@ class RayExecutor:
             await attempt.bus.publish(finished)
             return finished
         job = NodeJob(evaluation=ev, attempt=attempt.number, final=attempt.final,
-                      runtime=self.runtime, home=self.home, log_cap=attempt.log_cap)
-        stream: Any = _evaluate_on_node.remote(job)
-        seen = _Seen()
+                      runtime=self.runtime, home=self.home, log_cap=attempt.log_cap,
+                      tracing=NodeTracing.of_run(attempt.attachments))
+        key = os.path.realpath(ev.submission)
+        strategy, seen = await self._placement(key)
         try:
-            await self._relay(stream, attempt, seen)
+            stream: Any = _evaluate_on_node.options(scheduling_strategy=strategy).remote(job)
+            await self._relay(stream, attempt, seen, key)
         except anyio.get_cancelled_exc_class():
             # Interrupted: the node cancels the lifecycle, whose teardown runs there, but
             # Ray streams nothing more once a task is cancelled: the open phase ends here.
@@ -356,13 +519,40 @@ class RayExecutor:
                                     f"{_first_line(exc)}", transient=False)
         except ray.exceptions.RayError as exc:  # the worker or its node died, or Ray failed
             why = f"Ray: {type(exc).__name__} mid-evaluation: {_first_line(exc)}"
+            if seen.node_id is not None:  # the next attempts go where a new first one goes
+                self._placed = {k: n for k, n in self._placed.items() if n != seen.node_id}
             return await self._lost(attempt, seen, why, transient=True)
+        finally:
+            self._followed(key, seen)
         if seen.finished is None:
             return await self._lost(attempt, seen, "the node ended the evaluation without "
                                     "a verdict", transient=True)
         return seen.finished
 
-    async def _relay(self, stream: Any, attempt: Attempt, seen: _Seen) -> None:
+    async def _placement(self, key: str) -> tuple[Any, _Seen]:
+        """Where the next evaluation of submission ``key`` goes: the node its first one
+        went to, softly (another node when that one is busy or gone); for a first one,
+        wherever (``SPREAD``). While a first one waits for its node, the others wait too
+        (they follow it): a few milliseconds, or their turn for a slot anyway."""
+        while key not in self._placed and (first := self._placing.get(key)) is not None:
+            await first.wait()
+        node = self._placed.get(key)
+        if node is not None:
+            strategy = NodeAffinitySchedulingStrategy(node, soft=True, _spill_on_unavailable=True)
+            return strategy, _Seen()
+        leading = self._placing[key] = anyio.Event()
+        return "SPREAD", _Seen(leading=leading)
+
+    def _followed(self, key: str, seen: _Seen) -> None:
+        """A node took the attempt (it is placed), or it ended without one: those that
+        wait for it, when it was a submission's first, go on."""
+        if seen.leading is not None:
+            if self._placing.get(key) is seen.leading:
+                del self._placing[key]
+            seen.leading.set()
+            seen.leading = None
+
+    async def _relay(self, stream: Any, attempt: Attempt, seen: _Seen, key: str) -> None:
         """Republish each event of ``stream`` on the run's bus as it arrives.
 
         Raises:
@@ -380,10 +570,26 @@ class RayExecutor:
                 if await _cluster_slots() <= 0:
                     raise _NoSlots
                 continue
-            event: Event = await asyncio.wrap_future(ref.future())
+            item: Event | _Taken | _Answered = await asyncio.wrap_future(ref.future())
             seen.started_on_node = True
-            seen.see(event)
-            await attempt.bus.publish(event)
+            if isinstance(item, _Taken):
+                seen.node_id, seen.taken_at = item.node_id, item.at
+                self._placed.setdefault(key, item.node_id)
+                self._followed(key, seen)
+                continue
+            if isinstance(item, _Answered):
+                seen.answered_at = item.at
+                continue
+            if isinstance(item, Notice):  # each node's worker says it: show it once
+                if item.message in self._notices:
+                    continue
+                self._notices.add(item.message)
+            seen.see(item)
+            if isinstance(item, EvaluationFinished) and seen.taken_at and seen.answered_at:
+                self.dispatches.append(Dispatch(
+                    attempt.evaluation.evaluation_id, item.node or "", seen.submitted_at,
+                    seen.taken_at, seen.answered_at, time.time()))
+            await attempt.bus.publish(item)
 
     async def _lost(self, attempt: Attempt, seen: _Seen, reason: str, *,
                     transient: bool) -> EvaluationFinished:

@@ -1,17 +1,19 @@
 """The ray executor on a real multi-node Ray cluster on this machine (process runtime).
 
 The cluster (``ray.cluster_utils.Cluster``): a head that runs no evaluation (no CPU, no
-``anvil_slot``) and two worker nodes with two slots each. Each run connects to it the way
+``anvil_slot``) and two worker nodes with three slots each. Each run connects to it the way
 ``anvil run --executor ray --ray-address ADDR`` does, and lets go at its end.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import socket
 import time
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import anyio
@@ -26,6 +28,7 @@ from engine import (  # noqa: E402
     EvaluationFinished,
     Event,
     HarnessError,
+    Notice,
     PhaseFinished,
     PhaseStarted,
     Planned,
@@ -35,23 +38,26 @@ from engine import (  # noqa: E402
     Store,
     Task,
 )
+from engine._lifecycle import AttachmentFactory  # noqa: E402
 from engine._ray import NO_SLOTS, RayExecutor  # noqa: E402
 from engine._reaper import Orphan, marked_processes, reap_orphans  # noqa: E402
 from engine._store import PhaseRecord  # noqa: E402
+from engine._tracing import default_attachments  # noqa: E402
+from engine.cli._run import repeat_plan  # noqa: E402
 from engine.types import Phase, Verdict  # noqa: E402
 from tests.conftest import MakeSubmission, run_engine  # noqa: E402
+from tests.engine.test_mock_wiring import _submission, _task  # noqa: E402
 
-NODE = {"num_cpus": 1, "resources": {"anvil_slot": 2}, "include_dashboard": False}
 
-
-def _start(cache_dir: Path, workers: int) -> Cluster:
+def _start(cache_dir: Path, workers: int, slots: int = 3) -> Cluster:
     # Nodes inherit this environment: their runtime cache is the session's (venvs are
     # built once). Ray listens on this machine's own address (it turns 127.0.0.1 into it).
     cluster = Cluster(initialize_head=True, head_node_args={
         "num_cpus": 0, "include_dashboard": False})
     try:
         for _ in range(workers):
-            cluster.add_node(**NODE)
+            cluster.add_node(num_cpus=1, resources={"anvil_slot": slots},
+                             include_dashboard=False)
         cluster.wait_for_nodes()
     except BaseException:
         cluster.shutdown()
@@ -91,7 +97,7 @@ async def test_ray_gives_the_local_verdicts_with_work_on_both_nodes(
     assert [r.verdict for r in remote].count(Verdict.FAIL) == 3  # not all alike by accident
     assert all(r.node for r in remote) and not any(r.node for r in local)
     assert len({r.node for r in remote}) == 2, "both worker nodes ran evaluations"
-    assert executor.slots == 4
+    assert executor.slots == 6
     assert not ray.is_initialized(), "the run let go of the cluster"
 
     # The events came to the driver's bus: the store has each evaluation's phases and items.
@@ -194,3 +200,176 @@ async def test_an_address_where_no_cluster_answers_is_refused_at_once(tmp_path: 
             pass
     assert time.monotonic() - begun < 6
     assert not ray.is_initialized()
+
+
+async def _run_collecting(
+    planned: Sequence[Planned], home: Path, cache_dir: Path, executor: RayExecutor, *,
+    attachments: Sequence[AttachmentFactory] = (), watch: object = None,
+) -> tuple[list[EvaluationFinished], Store, str, list[Event]]:
+    """A run like ``run_engine``'s that also keeps every event of the run's bus; ``watch``
+    (a callable) sees each event as it comes."""
+    store = Store(f"sqlite:///{home / 'anvil.db'}")
+    events: list[Event] = []
+
+    async def collect(stream: MemoryObjectReceiveStream[Event]) -> None:
+        async with stream:
+            async for event in stream:
+                events.append(event)
+                if callable(watch):
+                    watch(event)
+
+    settings = RunSettings(home=home, retry_delay=0.1, executor=executor,
+                           attachments=attachments)
+    async with ProcessRuntime(cache_dir) as runtime:
+        runner = Runner(store, runtime, settings)
+        run_id = await runner.start(planned)
+        results = await runner.execute(run_id, [collect])
+    order = {str(p.submission): i for i, p in enumerate(planned)}
+    results.sort(key=lambda r: order[r.submission])
+    return results, store, run_id, events
+
+
+async def test_a_node_removed_mid_run_leaves_one_verdict_per_evaluation(
+    tiny_task: Task, make_submission: MakeSubmission, tmp_path: Path, cache_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Four services that never listen hold all four slots in `health` for 4 s: the node
+    # removed then is running two of them. Two more evaluations wait for a slot.
+    modes = ["silent"] * 4 + ["ok", "fail_item"]
+    pairs = [(tiny_task, make_submission(mode)) for mode in modes]
+    local, _, _ = await run_engine(pairs, tmp_path / "local", cache_dir, concurrency=6)
+    monkeypatch.setenv("ANVIL_CACHE", str(cache_dir))
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    cluster = _start(cache_dir, workers=2, slots=2)
+    in_health: set[str] = set()
+    all_busy = anyio.Event()
+
+    def watch(event: Event) -> None:
+        if isinstance(event, PhaseStarted) and event.phase is Phase.HEALTH:
+            in_health.add(event.evaluation_id)
+        elif isinstance(event, PhaseFinished) and event.phase is Phase.HEALTH:
+            in_health.discard(event.evaluation_id)
+        if len(in_health) == 4:
+            all_busy.set()
+
+    removed: list[str] = []
+    try:
+        executor = RayExecutor(address=cluster.address, runtime="process",
+                               home=tmp_path / "ray")
+        doomed = cluster.list_all_nodes()[1]  # a worker (the head is first)
+
+        async def remove_a_busy_node() -> None:
+            with anyio.fail_after(40):
+                await all_busy.wait()
+            removed.append(doomed.node_id)
+            # SIGKILL, as a machine that dies: its raylet, its workers with it
+            await anyio.to_thread.run_sync(functools.partial(
+                cluster.remove_node, doomed, allow_graceful=False))
+
+        planned = [Planned(t.root, s, t) for t, s in pairs]
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(remove_a_busy_node)
+            remote, store, run_id, events = await _run_collecting(
+                planned, tmp_path / "ray", cache_dir, executor, watch=watch)
+    finally:
+        cluster.shutdown()
+
+    assert removed, "the node was removed mid-run"
+    assert [_outcome(r) for r in remote] == [_outcome(r) for r in local]
+    lost = [e for e in events if isinstance(e, EvaluationFinished) and not e.final]
+    assert len(lost) == 2, [e.reason for e in lost]  # the two it was running
+    assert all(e.verdict is Verdict.ERROR and e.reason.startswith("Ray: ") for e in lost)
+    # Exactly one verdict per evaluation, recorded once; the lost ones on their 2nd attempt
+    finals = Counter(e.evaluation_id for e in events
+                     if isinstance(e, EvaluationFinished) and e.final)
+    assert sorted(finals.values()) == [1] * 6
+    rows = store.evaluations(run_id)
+    assert [(r.status, r.verdict) for r in rows] == [("done", r.verdict.value) for r in remote]
+    retried = {e.evaluation_id for e in lost}
+    assert {r.id: r.attempt for r in rows if r.id in retried} == dict.fromkeys(retried, 2)
+    assert len({r.node for r in remote if r.evaluation_id in retried}) == 1  # the survivor
+    store.close()
+
+    # What the dead node's workers left (their services) carries anvil's marks: `anvil gc`
+    # (the reaper) ends it, once the dead workers are gone.
+    deadline = time.monotonic() + 20
+    while (left := [p for p in marked_processes() if p.run_id == run_id]):
+        reap_orphans()
+        assert time.monotonic() < deadline, f"still running after gc: {left}"
+        await anyio.sleep(0.2)
+
+
+async def test_ray_evaluations_are_traced_into_the_runs_store(
+    cluster: Cluster, tmp_path: Path, cache_dir: Path,
+) -> None:
+    # A task with a mock: the node's spans include the service's calls to it.
+    task, home = _task(tmp_path), tmp_path / "ray"
+    planned = [Planned(task.root, _submission(tmp_path, "one"), task)]
+    executor = RayExecutor(address=cluster.address, runtime="process", home=home)
+    driver_store = Store(f"sqlite:///{home / 'anvil.db'}")  # the run's, as `anvil run` has it
+    (result,), store, _, events = await _run_collecting(
+        planned, home, cache_dir, executor, attachments=default_attachments(driver_store))
+    driver_store.close()
+    assert result.verdict is Verdict.PASS and result.node, result.reason
+    assert not [e for e in events if isinstance(e, Notice)]
+
+    spans = store.spans(result.evaluation_id)
+    (root,) = [s for s in spans if s.parent_id is None]
+    assert root.name == "evaluation"
+    assert root.attributes_dict()["anvil.evaluation.id"] == result.evaluation_id
+    phases = {s.name: s for s in spans if s.parent_id == root.span_id}
+    assert set(phases) == {p.value for p in Phase}
+    items = [s for s in spans if s.parent_id == phases["oracle"].span_id
+             and "anvil.item.nodeid" in s.attributes_dict()]
+    assert len(items) == len(result.items) > 0
+    mock_calls = [s for s in spans if s.attributes_dict().get("anvil.mock.kind") == "echo"]
+    assert mock_calls and {s.parent_id for s in mock_calls} <= {i.span_id for i in items}
+    store.close()
+
+
+async def test_a_node_that_cannot_reach_the_store_says_so_once_and_scores_without_spans(
+    cluster: Cluster, tiny_task: Task, make_submission: MakeSubmission, tmp_path: Path,
+    cache_dir: Path,
+) -> None:
+    # The driver traces into a store that does not hold the run: what a node sees when a
+    # sqlite path names another file on its machine (no shared filesystem).
+    home = tmp_path / "ray"
+    elsewhere = Store(f"sqlite:///{tmp_path / 'elsewhere.db'}")
+    planned = [Planned(tiny_task.root, make_submission(mode), tiny_task)
+               for mode in ("ok", "fail_item", "ok", "ok")]
+    executor = RayExecutor(address=cluster.address, runtime="process", home=home)
+    results, store, _, events = await _run_collecting(
+        planned, home, cache_dir, executor, attachments=default_attachments(elsewhere))
+    assert [r.verdict for r in results] == [Verdict.PASS, Verdict.FAIL, Verdict.PASS,
+                                            Verdict.PASS]
+    notices = [e.message for e in events if isinstance(e, Notice)]
+    assert len(notices) == 1, notices  # one machine: one line, whichever worker saw it
+    assert "cannot record spans" in notices[0] and "does not hold run" in notices[0]
+    assert not any(store.spans(r.evaluation_id) for r in results)
+    assert not any(elsewhere.spans(r.evaluation_id) for r in results)
+    store.close()
+    elsewhere.close()
+
+
+async def test_evaluations_of_a_submission_prefer_the_node_that_ran_it(
+    cluster: Cluster, tiny_task: Task, make_submission: MakeSubmission, tmp_path: Path,
+    cache_dir: Path,
+) -> None:
+    # `anvil run --repeat 3` of two submissions (repeats 2 and 3 through links), in the
+    # order A, A', A'', B, B', B'': spread alone would put each submission on both nodes.
+    home = tmp_path / "ray"
+    first = [Planned(tiny_task.root, make_submission("ok", name=n), tiny_task)
+             for n in ("a", "b")]
+    planned = sorted(repeat_plan(first, 3, home / "runs" / "repeats"),
+                     key=lambda p: p.submission.name)
+    assert len({p.submission for p in planned}) == 6
+    executor = RayExecutor(address=cluster.address, runtime="process", home=home)
+    results, store, _, _ = await _run_collecting(planned, home, cache_dir, executor)
+    store.close()
+    assert [r.verdict for r in results] == [Verdict.PASS] * 6
+    by_submission: dict[str, Counter[str | None]] = {}
+    for r in results:
+        by_submission.setdefault(Path(r.submission).name, Counter())[r.node] += 1
+    # Each node has a slot for every evaluation of the submission it took first.
+    assert [len(nodes) for nodes in by_submission.values()] == [1, 1], by_submission
+    assert len({r.node for r in results}) == 2  # the two first ones were spread
