@@ -8,6 +8,7 @@ outer task group so they see every event, even when the run is cancelled.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
 import os
@@ -157,6 +158,10 @@ class RunSettings:
     #: Fork oracle runs from a warm worker (``ANVIL_ORACLE_WORKER=0``: a cold process each).
     oracle_worker: bool = field(
         default_factory=lambda: os.environ.get("ANVIL_ORACLE_WORKER", "1") != "0")
+    #: Keep the passed items of each final verdict in :attr:`Runner.results` (``anvil
+    #: run`` keeps only what did not pass: its summary needs no more, and a long run's
+    #: passed items were most of its memory, e.g. 140k item records at 784 evaluations).
+    keep_passed_items: bool = True
     #: Where evaluations run: in this process (local) or on a Ray cluster (engine._ray).
     executor: Executor = field(default_factory=LocalExecutor)
 
@@ -309,6 +314,9 @@ class Runner:
                 with anyio.CancelScope(shield=True):
                     await self.bus.publish(finished)
             if finished.final:
+                if not self.settings.keep_passed_items:
+                    finished = dataclasses.replace(
+                        finished, items=tuple(i for i in finished.items if not i.passed))
                 self.results.append(finished)
                 return
 

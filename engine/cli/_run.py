@@ -172,7 +172,8 @@ async def _run(
     err.print(escape(which))
     executor = make_executor(executor_name or "local", address=ray_address,
                              runtime=runtime_name, home=home)
-    settings = RunSettings(home=home, concurrency=concurrency, executor=executor, options={
+    settings = RunSettings(home=home, concurrency=concurrency, executor=executor,
+                           keep_passed_items=False, options={
         "tasks": [str(p.resolve()) for p in task_paths],
         "submissions": str(submissions.resolve()) if submissions else None,
         "concurrency": concurrency,
