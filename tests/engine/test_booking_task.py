@@ -12,10 +12,11 @@ from engine import load_task
 from tests.conftest import ROOT
 from tests.engine.examples import (
     CATEGORIES,
-    check_examples,
     example_folders,
     expected_verdicts,
     oracle_categories,
+    run_examples,
+    verdict_problems,
 )
 
 TASK = ROOT / "tasks" / "booking"
@@ -23,10 +24,18 @@ EXAMPLES = ROOT / "examples" / "booking"
 
 
 async def _check_examples(tmp_path: Path, cache_dir: Path, runtime: str) -> None:
+    expected = expected_verdicts(EXAMPLES)
     folders = example_folders(EXAMPLES)
-    assert {p.name for p in folders} == set(expected_verdicts(EXAMPLES)), (
-        "every example has an expected verdict")
-    await check_examples(TASK, EXAMPLES, folders, tmp_path, cache_dir, runtime)
+    assert {p.name for p in folders} == set(expected), "every example has an expected verdict"
+    results = await run_examples(TASK, folders, tmp_path, cache_dir, runtime)
+    # the reference passes at least 100 items, every one of them
+    problems = verdict_problems(folders, results, expected, passing_items=100)
+    assert not problems, "\n".join(problems)
+    # a broken variant caught by one item only is one oracle edit away from passing
+    failed = {f.name: sum(i.failed for i in r.items)
+              for f, r in zip(folders, results, strict=True)
+              if expected[f.name].get("phase") == "oracle"}
+    assert len(failed) >= 8 and min(failed.values()) >= 2, failed
 
 
 async def test_booking_examples_get_their_expected_verdicts(tmp_path: Path,

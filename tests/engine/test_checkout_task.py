@@ -17,6 +17,8 @@ from tests.engine.examples import (
     example_folders,
     expected_verdicts,
     oracle_categories,
+    run_examples,
+    verdict_problems,
 )
 
 TASK = ROOT / "tasks" / "checkout"
@@ -35,8 +37,15 @@ async def test_every_checkout_example_gets_its_expected_verdict(
     folders = example_folders(EXAMPLES)
     assert {p.name for p in folders} == set(expected), "every example has an expected verdict"
     assert set(REFERENCES) <= set(expected) and len(folders) >= 8
-    await check_examples(TASK, EXAMPLES, folders, tmp_path, cache_dir,
-                         passing_items=1)
+    results = await run_examples(TASK, folders, tmp_path, cache_dir)
+    # both references pass at least 100 items, every one of them
+    problems = verdict_problems(folders, results, expected, passing_items=100)
+    assert not problems, "\n".join(problems)
+    # a broken variant caught by one item only is one oracle edit away from passing
+    failed = {f.name: sum(i.failed for i in r.items)
+              for f, r in zip(folders, results, strict=True)
+              if expected[f.name].get("phase") == "oracle"}
+    assert len(failed) == len(expected) - len(REFERENCES) and min(failed.values()) >= 2, failed
     # the pinned reference of the task is one of the two, byte for byte
     pinned = TASK / "reference" / "main.py"
     assert any(pinned.read_bytes() == (EXAMPLES / r / "main.py").read_bytes()
@@ -49,7 +58,7 @@ async def test_every_checkout_example_gets_its_expected_verdict_on_docker(
     # each container reaches its own payment instance (host.docker.internal), the mock on
     # the host delivers webhooks to the container's published port
     await check_examples(TASK, EXAMPLES, example_folders(EXAMPLES), tmp_path, cache_dir,
-                         "docker", passing_items=1)
+                         "docker", passing_items=100)
 
 
 def test_checkout_oracle_has_enough_items_in_every_category() -> None:
