@@ -103,16 +103,7 @@ def report(
     text = (render_comparison(store, record, baseline, format) if baseline is not None
             else render_report(store, record, format))
     assert text is not None
-    if output is None:
-        sys.stdout.write(text)
-        return
-    try:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        where = f" ({exc.filename}: {exc.strerror})" if exc.filename else f" ({exc})"
-        raise fail(f"{output}: cannot write the report{where}") from None
-    err.print(f"wrote {escape(str(output))}")
+    _write_out(text, output, "the report")
 
 
 def _plot(store: Store, record: RunRecord, folder: Path) -> None:
@@ -188,16 +179,7 @@ def leaderboard(
         text = render_leaderboard(store, records, format, names)
     finally:
         store.close()
-    if output is None:
-        sys.stdout.write(text)
-        return
-    try:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        where = f" ({exc.filename}: {exc.strerror})" if exc.filename else f" ({exc})"
-        raise fail(f"{output}: cannot write the leaderboard{where}") from None
-    err.print(f"wrote {escape(str(output))}")
+    _write_out(text, output, "the leaderboard")
 
 
 EXPORT_FORMATS = ("otlp-json",)
@@ -309,3 +291,17 @@ def serve(
                     log_level="warning")
     finally:
         store.close()
+
+
+def _write_out(text: str, output: Path | None, what: str) -> None:
+    """``text`` to stdout, or to ``output`` (its folder made), saying where it went."""
+    if output is None:
+        sys.stdout.write(text)
+        return
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        where = f" ({exc.filename}: {exc.strerror})" if exc.filename else f" ({exc})"
+        raise fail(f"{output}: cannot write {what}{where}") from None
+    err.print(f"wrote {escape(str(output))}")
