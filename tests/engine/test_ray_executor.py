@@ -1,4 +1,5 @@
-"""The ray executor on a real multi-node Ray cluster on this machine (process runtime).
+"""The ray executor on a real multi-node Ray cluster on this machine (process runtime; the
+docker runtime where Docker answers; a PostgreSQL store where PostgreSQL is installed).
 
 The cluster (``ray.cluster_utils.Cluster``): a head that runs no evaluation (no CPU, no
 ``anvil_slot``) and two worker nodes with three slots each. Each run connects to it the way
@@ -8,9 +9,12 @@ The cluster (``ray.cluster_utils.Cluster``): a head that runs no evaluation (no 
 from __future__ import annotations
 
 import functools
+import json
 import os
 import signal
 import socket
+import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -44,9 +48,16 @@ from engine._reaper import Orphan, marked_processes, reap_orphans  # noqa: E402
 from engine._store import PhaseRecord  # noqa: E402
 from engine._tracing import default_attachments  # noqa: E402
 from engine.cli._run import repeat_plan  # noqa: E402
+from engine.runtimes.docker import SCOPE_LABEL  # noqa: E402
 from engine.types import Phase, Verdict  # noqa: E402
 from tests.conftest import MakeSubmission, run_engine  # noqa: E402
+from tests.engine import test_store_postgres  # noqa: E402
 from tests.engine.test_mock_wiring import _submission, _task  # noqa: E402
+from tests.pg import Postgres  # noqa: E402
+
+# The session's PostgreSQL server, shared with the store's own tests (it skips, or fails
+# under ANVIL_REQUIRE_DOCKER, where PostgreSQL is not installed).
+postgres = test_store_postgres.postgres
 
 
 def _start(cache_dir: Path, workers: int, slots: int = 3) -> Cluster:
@@ -373,3 +384,114 @@ async def test_evaluations_of_a_submission_prefer_the_node_that_ran_it(
     # Each node has a slot for every evaluation of the submission it took first.
     assert [len(nodes) for nodes in by_submission.values()] == [1, 1], by_submission
     assert len({r.node for r in results}) == 2  # the two first ones were spread
+
+
+def _containers(scope: str, run_id: str) -> list[str]:
+    """The containers ``docker ps -a`` lists with this session's scope and run's labels."""
+    done = subprocess.run(
+        ["docker", "ps", "-a", "--format", "{{.Names}}", "--filter",
+         f"label={SCOPE_LABEL}={scope}", "--filter", f"label=anvil.run={run_id}"],
+        capture_output=True, text=True, timeout=30, check=True)
+    return done.stdout.split()
+
+
+@pytest.mark.docker
+async def test_ray_on_docker_gives_the_local_verdicts_and_leaves_no_container(
+    docker_ready: None, anvil_scope: str, cluster: Cluster, tiny_task: Task,
+    make_submission: MakeSubmission, tmp_path: Path, cache_dir: Path,
+) -> None:
+    # `loopback` listens on the container's own 127.0.0.1: unreachable on docker only.
+    modes = ["ok", "fail_item", "crash", "loopback", "ok", "fail_item"]
+    pairs = [(tiny_task, make_submission(mode)) for mode in modes]
+    local, local_store, local_run = await run_engine(pairs, tmp_path / "local", cache_dir,
+                                                     runtime="docker")
+    executor = RayExecutor(address=cluster.address, runtime="docker", home=tmp_path / "ray")
+    remote, store, run_id = await run_engine(pairs, tmp_path / "ray", cache_dir,
+                                             runtime="docker", executor=executor)
+    local_store.close()
+    store.close()
+
+    assert [_outcome(r) for r in remote] == [_outcome(r) for r in local]
+    assert [(r.verdict, r.phase) for r in local] == [
+        (Verdict.PASS, None), (Verdict.FAIL, Phase.ORACLE), (Verdict.FAIL, Phase.STARTUP),
+        (Verdict.FAIL, Phase.HEALTH), (Verdict.PASS, None), (Verdict.FAIL, Phase.ORACLE)]
+    assert all(r.attempt == 1 for r in remote), [r.reason for r in remote]
+    assert len({r.node for r in remote}) == 2, "both worker nodes ran evaluations"
+    # Each node tore down what it started: no container of either run is left.
+    assert _containers(anvil_scope, local_run) == []
+    assert _containers(anvil_scope, run_id) == []
+
+
+def test_a_ray_run_records_into_postgres_and_report_reads_it(
+    postgres: Postgres, cluster: Cluster, tiny_task: Task, make_submission: MakeSubmission,
+    tmp_path: Path, cache_dir: Path,
+) -> None:
+    # `anvil run --executor ray --db postgresql+psycopg://...`: the driver records the
+    # verdicts, the nodes write their spans into the same database.
+    url = postgres.fresh_database()
+    modes = ["ok", "fail_item", "crash", "ok"]
+    submissions = [make_submission(mode) for mode in modes]
+    home = tmp_path / "home"
+    env = {**os.environ, "ANVIL_CACHE": str(cache_dir)}
+    env.pop("RAY_ADDRESS", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "engine", "run", str(tiny_task.root), "--submissions",
+         str(submissions[0].parent), "--runtime", "process", "--executor", "ray",
+         "--ray-address", cluster.address, "--json", "--home", str(home), "--db", url],
+        env=env, capture_output=True, text=True, timeout=90, check=False)
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    (run_id,) = {line["run_id"] for line in lines}
+    expected = {"ok": ("pass", None), "fail_item": ("fail", "oracle"),
+                "crash": ("fail", "startup")}
+    want = {s.name: expected[m] for s, m in zip(submissions, modes, strict=True)}
+    assert {Path(line["submission"]).name: (line["verdict"], line["phase"])
+            for line in lines} == want
+    assert len({line["node"] for line in lines}) == 2, "both worker nodes ran evaluations"
+    assert not (home / "anvil.db").exists(), "the run's store is PostgreSQL only"
+
+    store = Store(url)
+    try:
+        # One verdict per evaluation, recorded once: one row each, one attempt, and no
+        # phase or item recorded twice.
+        rows = store.evaluations(run_id)
+        assert sorted((r.id, r.status, r.verdict, r.attempt) for r in rows) == sorted(
+            (line["evaluation_id"], "done", line["verdict"], 1) for line in lines)
+        with Session(store.engine) as session:
+            phases = session.exec(select(PhaseRecord)).all()
+        per_phase = Counter((p.evaluation_id, p.phase) for p in phases)
+        assert per_phase and set(per_phase.values()) == {1}
+        items = Counter(i.evaluation_id for i in store.items([r.id for r in rows]))
+        by_mode = {m: next(r for r in rows if r.submission == str(s)) for s, m in
+                   zip(submissions, modes, strict=True)}
+        assert items[by_mode["crash"].id] == 0
+        for row in rows:
+            assert items[row.id] == row.items_passed + row.items_failed + row.items_skipped
+        assert items[by_mode["ok"].id] > 0
+
+        # The nodes traced each evaluation into PostgreSQL: a root, its phases, the items.
+        for row, mode in ((by_mode["ok"], "ok"), (by_mode["fail_item"], "fail_item")):
+            spans = store.spans(row.id)
+            (root,) = [s for s in spans if s.parent_id is None]
+            assert root.name == "evaluation", mode
+            assert root.attributes_dict()["anvil.evaluation.id"] == row.id
+            children = {s.name: s for s in spans if s.parent_id == root.span_id}
+            assert set(children) == {p.value for p in Phase}, mode
+            traced_items = [s for s in spans if s.parent_id == children["oracle"].span_id
+                            and "anvil.item.nodeid" in s.attributes_dict()]
+            assert len(traced_items) == items[row.id], mode
+    finally:
+        store.close()
+
+    # `anvil report` from another home reads the run from PostgreSQL alone.
+    shown = subprocess.run(
+        [sys.executable, "-m", "engine", "report", run_id, "--format", "json", "--db", url,
+         "--home", str(tmp_path / "reader")],
+        env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert shown.returncode == 0, shown.stderr
+    report = json.loads(shown.stdout)
+    assert (report["run"]["id"], report["run"]["status"]) == (run_id, "finished")
+    assert {Path(e["submission"]).name: (e["verdict"], e["phase"])
+            for e in report["evaluations"]} == want
+    failed = [i["nodeid"] for e in report["evaluations"] for i in e["failed_items"]]
+    assert failed == ["test_tiny.py::test_put_then_get"]
