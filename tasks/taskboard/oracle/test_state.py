@@ -28,6 +28,12 @@ def wait_past_second_of(stamp):
         time.sleep(0.02)
 
 
+def delete(user, path):
+    """Setup: DELETE `path` and require 204."""
+    r = requests.delete(f"{BASE_URL}{path}", headers=user.headers, timeout=10)
+    assert r.status_code == 204, f"setup: DELETE {path} -> {r.status_code} {r.text}"
+
+
 def get_task(user, task_id):
     r = requests.get(f"{BASE_URL}/tasks/{task_id}", headers=user.headers, timeout=10)
     assert r.status_code == 200, f"GET task: {r.status_code} {r.text}"
@@ -313,8 +319,9 @@ def test_task_list_filters_by_status(status, alice, make_project, make_task, set
     todo = [make_task(alice, project["id"])["id"] for _ in range(2)]
     started = [make_task(alice, project["id"])["id"] for _ in range(2)]
     finished = make_task(alice, project["id"])["id"]
-    for tid in (*started, finished):
-        set_status(alice, tid, "in_progress")
+    set_status(alice, started[0], "in_progress")
+    set_status(alice, started[1], "in_progress")
+    set_status(alice, finished, "in_progress")
     set_status(alice, finished, "done")
     expected = {"todo": todo, "in_progress": started, "done": [finished]}[status]
     r = requests.get(
@@ -331,12 +338,12 @@ def test_task_list_filters_by_status(status, alice, make_project, make_task, set
 @pytest.mark.tier("evolved-r2")
 @pytest.mark.requirement("R-ids-not-reused")
 def test_task_ids_are_not_reused_after_delete(alice, make_project, make_task):
-    """A task created after a delete gets an id that no earlier task had."""
+    """A task created after its project's tasks were deleted gets an id that no earlier task had."""
     project = make_project(alice)
-    seen = [make_task(alice, project["id"])["id"] for _ in range(3)]
-    for tid in seen:
-        r = requests.delete(f"{BASE_URL}/tasks/{tid}", headers=alice.headers, timeout=10)
-        assert r.status_code == 204, r.text
+    seen = [make_task(alice, project["id"])["id"] for _ in range(2)]
+    # The newest first (a max(id) + 1 counter hands its id out again), then the older one.
+    delete(alice, f"/tasks/{seen[1]}")
+    delete(alice, f"/tasks/{seen[0]}")
     new = make_task(alice, project["id"])["id"]
     assert new not in seen, f"id {new} reused (earlier ids {seen})"
 
@@ -345,11 +352,11 @@ def test_task_ids_are_not_reused_after_delete(alice, make_project, make_task):
 @pytest.mark.tier("evolved-r2")
 @pytest.mark.requirement("R-ids-not-reused")
 def test_project_ids_are_not_reused_after_delete(alice, make_project):
-    """A project created after a delete gets an id that no earlier project had."""
-    seen = [make_project(alice)["id"] for _ in range(3)]
-    for pid in seen:
-        r = requests.delete(f"{BASE_URL}/projects/{pid}", headers=alice.headers, timeout=10)
-        assert r.status_code == 204, r.text
+    """A project created after the caller's projects were deleted gets an id that no earlier project had."""
+    seen = [make_project(alice)["id"] for _ in range(2)]
+    # The newest first (a max(id) + 1 counter hands its id out again), then the older one.
+    delete(alice, f"/projects/{seen[1]}")
+    delete(alice, f"/projects/{seen[0]}")
     new = make_project(alice)["id"]
     assert new not in seen, f"id {new} reused (earlier ids {seen})"
 

@@ -475,6 +475,29 @@ def test_422_wins_over_404(method, path, body, alice):
 @pytest.mark.category("validation")
 @pytest.mark.tier("evolved-r2")
 @pytest.mark.requirement("R-precedence-422")
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("PATCH", "/projects/{project}", {"name": ""}),
+        ("POST", "/projects/{project}/tasks", {"title": ""}),
+        ("PATCH", "/tasks/{task}", {"title": ""}),
+        ("PATCH", "/tasks/{task}", {"status": "finished"}),
+        ("GET", "/projects/{project}/tasks?status=archived", None),
+    ],
+    ids=["PATCH-project", "POST-project-tasks", "PATCH-task-title", "PATCH-task-status", "GET-project-tasks-status"],
+)
+def test_422_wins_over_404_on_other_users_resource(method, path, body, alice, bob, make_project, make_task):
+    """An invalid request on another user's project or task answers 422: it counts as unknown (404), and 422 wins."""
+    project = make_project(alice)
+    task = make_task(alice, project["id"])
+    url = BASE_URL + path.format(project=project["id"], task=task["id"])
+    r = requests.request(method, url, json=body, headers=bob.headers, timeout=10)
+    assert r.status_code == 422, f"{method} another user's {path} {body}: {r.status_code} {r.text}"
+
+
+@pytest.mark.category("validation")
+@pytest.mark.tier("evolved-r2")
+@pytest.mark.requirement("R-precedence-422")
 def test_forbidden_transition_with_invalid_field_is_422_not_409(alice, make_project, make_task):
     """todo -> done together with a too long title answers 422 (422 wins over 409)."""
     project = make_project(alice)
