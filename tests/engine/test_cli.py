@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -304,8 +305,9 @@ def test_tasks_check_passes_the_bundled_task(tmp_path: Path, cache_dir: Path) ->
     done = anvil("tasks", "check", str(root / "tasks" / "taskboard"), "--runtime", "process",
                  "--home", str(tmp_path), home=tmp_path, cache=cache_dir)
     assert done.returncode == 0, done.stderr
-    assert "oracle collects: 286 items" in done.stderr
-    assert "reference passes: all 286 items pass" in done.stderr
+    collected = re.search(r"oracle collects: (\d+) items", done.stderr)
+    assert collected and int(collected[1]) >= 100, done.stderr  # as dense as BackendForge's
+    assert f"reference passes: all {collected[1]} items pass" in done.stderr
 
 
 def test_tasks_check_names_the_broken_openapi(tmp_path: Path, cache_dir: Path) -> None:

@@ -288,7 +288,9 @@ async def test_a_node_removed_mid_run_leaves_one_verdict_per_evaluation(
     assert removed, "the node was removed mid-run"
     assert [_outcome(r) for r in remote] == [_outcome(r) for r in local]
     lost = [e for e in events if isinstance(e, EvaluationFinished) and not e.final]
-    assert len(lost) == 2, [e.reason for e in lost]  # the two it was running
+    # what it was running: at most its two slots (CI under load once saw one: which of
+    # them are still unfinished when the kill lands depends on timing)
+    assert 1 <= len(lost) <= 2, [e.reason for e in lost]
     assert all(e.verdict is Verdict.ERROR and e.reason.startswith("Ray: ") for e in lost)
     # Exactly one verdict per evaluation, recorded once; the lost ones on their 2nd attempt
     finals = Counter(e.evaluation_id for e in events
