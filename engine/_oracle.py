@@ -214,18 +214,22 @@ async def run_oracle(
     progress = _Progress(results_path, on_item, on_start)
     env = oracle_env(base_url, results_path, item_timeout, extra_env)
     marks = None
-    if on_start is not None:
-        marks = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
-        env["ANVIL_MARKS"] = f"127.0.0.1:{marks.extra(SocketAttribute.local_port)}"
-
-    log = await AsyncCappedLog.open(log_path, log_cap)
+    log: AsyncCappedLog | None = None
     try:
+        if on_start is not None:
+            marks = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+            env["ANVIL_MARKS"] = f"127.0.0.1:{marks.extra(SocketAttribute.local_port)}"
+        log = await AsyncCappedLog.open(log_path, log_cap)
         process = await _start(argv, env, workdir, worker)
     except BaseException:  # cancelled or refused before the oracle ran: close what is open
+        # (a cancel can land while the log opens, too: CI saw the listener left open)
         with anyio.CancelScope(shield=True):
-            await log.aclose()
-            if marks is not None:
-                await marks.aclose()
+            try:
+                if log is not None:
+                    await log.aclose()
+            finally:
+                if marks is not None:
+                    await marks.aclose()
         raise
     try:
         async with anyio.create_task_group() as tg:
@@ -254,11 +258,13 @@ async def run_oracle(
                         pass
                     await process.wait()
             finally:
-                await progress.drain()  # even when cancelled: the items that ran are kept
-                if marks is not None:
-                    await marks.aclose()
-                await log.aclose()
-                await process.aclose()
+                try:
+                    await progress.drain()  # even when cancelled: the items that ran are kept
+                finally:
+                    if marks is not None:
+                        await marks.aclose()
+                    await log.aclose()
+                    await process.aclose()
     if isinstance(process, ForkedOracle) and process.lost:
         raise HarnessError(f"oracle process lost: {process.lost}")
     _check_complete(progress, code, oracle_dir, log_path)
